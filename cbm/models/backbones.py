@@ -1,0 +1,138 @@
+"""Encoders ``x -> features [B, out_dim]`` selected by ``model.backbone.name``.
+
+A backbone may also define
+
+* ``make_concept_layer(n_concepts) -> nn.Module``: replaces the default linear
+  ``features -> concept logits`` layer (the Sudoku board reader does);
+* ``aux_loss(features, batch) -> Tensor``: an auxiliary loss weighted by
+  ``backbone.aux_weight``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from cbm.models.config import BackboneConfig, DataInfo
+
+_REGISTRY: dict[str, Callable[[BackboneConfig, DataInfo], nn.Module]] = {}
+#: Backbones that live in their own module, imported on first use.
+_LAZY = {"sudoku_cells": "cbm.models.backbones_sudoku"}
+_AUTO = {"image": "cnn", "tabular": "mlp", "text": "text_bag"}
+
+
+def register_backbone(name: str):
+    """Decorator adding a ``(cfg, info) -> nn.Module`` builder to the registry."""
+
+    def deco(fn):
+        _REGISTRY[name] = fn
+        return fn
+
+    return deco
+
+
+def build_backbone(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    """Instantiate the configured backbone; it exposes ``out_dim``."""
+    name = _AUTO[info.modality] if cfg.name == "auto" else cfg.name
+    if name not in _REGISTRY and name in _LAZY:
+        importlib.import_module(_LAZY[name])
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown backbone '{name}'")
+    expected = {"cnn": "image", "resnet18": "image", "mlp": "tabular", "text_bag": "text"}.get(name)
+    if expected and expected != info.modality:
+        raise ValueError(f"backbone '{name}' needs {expected} data, but the dataset is {info.modality}")
+    return _REGISTRY[name](cfg, info)
+
+
+def mlp(sizes: list[int], dropout: float = 0.0, last_act: bool = False) -> nn.Sequential:
+    """Linear/ReLU stack through ``sizes``."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2 or last_act:
+            layers.append(nn.ReLU())
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+class SmallCNN(nn.Module):
+    """Conv-BN-ReLU-pool blocks, global average pool, linear projection."""
+
+    def __init__(self, cfg: BackboneConfig, in_channels: int):
+        super().__init__()
+        blocks: list[nn.Module] = []
+        c = in_channels
+        for width in cfg.channels:
+            blocks += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
+            c = width
+        self.features = nn.Sequential(*blocks)
+        self.proj = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c, cfg.out_dim), nn.ReLU())
+        self.out_dim = cfg.out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.features(x).mean(dim=(2, 3)))
+
+
+@register_backbone("cnn")
+def _cnn(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return SmallCNN(cfg, in_channels=info.in_shape[0])
+
+
+class ResNet18(nn.Module):
+    """torchvision ResNet-18 with random init (no weights are downloaded)."""
+
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        from torchvision.models import resnet18
+
+        net = resnet18(weights=None)
+        net.fc = nn.Linear(net.fc.in_features, cfg.out_dim)
+        self.net = net
+        self.out_dim = cfg.out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.relu(self.net(x))
+
+
+@register_backbone("resnet18")
+def _resnet(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return ResNet18(cfg)
+
+
+class TabularMLP(nn.Module):
+    def __init__(self, cfg: BackboneConfig, in_dim: int):
+        super().__init__()
+        self.net = mlp([in_dim, *cfg.hidden, cfg.out_dim], cfg.dropout, last_act=True)
+        self.out_dim = cfg.out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x.float())
+
+
+@register_backbone("mlp")
+def _mlp(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return TabularMLP(cfg, in_dim=info.in_shape[0])
+
+
+class TextBag(nn.Module):
+    """Mean of token embeddings (id 0 is padding) followed by an MLP."""
+
+    def __init__(self, cfg: BackboneConfig, vocab_size: int):
+        super().__init__()
+        if vocab_size <= 0:
+            raise ValueError("text backbone needs the dataset's vocab_size")
+        self.embed = nn.EmbeddingBag(vocab_size, cfg.embed_dim, mode="mean", padding_idx=0)
+        self.net = mlp([cfg.embed_dim, *cfg.hidden, cfg.out_dim], cfg.dropout, last_act=True)
+        self.out_dim = cfg.out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(self.embed(x.long()))
+
+
+@register_backbone("text_bag")
+def _text(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return TextBag(cfg, info.vocab_size)

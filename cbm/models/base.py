@@ -1,0 +1,197 @@
+"""``ConceptModel``: the LightningModule contract every architecture implements.
+
+* ``encode(x) -> ConceptState`` — concept logits/probabilities plus the architecture's own state;
+* ``intervene(state, mask, values) -> ConceptState`` — "a human set these concepts";
+* ``predict(state) -> task logits [B,C]`` — cheap and batchable, called many times by
+  the intervention engine.
+
+Subclasses override ``build`` (their layers), the three contract methods and, where
+they train differently, ``task_logits_for_training`` / ``extra_losses``.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassAccuracy
+
+from cbm.config import ConfigError, to_dataclass
+from cbm.models.backbones import build_backbone, mlp
+from cbm.models.config import DataInfo, HeadConfig, ModelConfig
+from cbm.models.state import ConceptState
+
+Batch = dict[str, Tensor]
+#: Logit used for a concept set to exactly 0 or 1 (sigmoid(±LOGIT_CLAMP) rounds to 0/1 in float32).
+LOGIT_CLAMP = 20.0
+
+
+def prob_to_logit(p: Tensor) -> Tensor:
+    """Inverse sigmoid, clamped so 0/1 map to finite logits."""
+    return torch.logit(p.clamp(0.0, 1.0), eps=None).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
+
+
+def build_head(cfg: HeadConfig, in_dim: int, n_out: int) -> nn.Module:
+    """Linear or MLP label predictor."""
+    if cfg.kind == "linear":
+        return nn.Linear(in_dim, n_out)
+    return mlp([in_dim, *([cfg.hidden] * (cfg.layers - 1)), n_out])
+
+
+class ConceptModel(L.LightningModule):
+    """Shared training loop, losses, metrics and optimiser for every architecture."""
+
+    config_cls: type[ModelConfig] = ModelConfig
+    #: False for the black box, which has no concept layer to supervise or intervene on.
+    has_concepts: bool = True
+
+    def __init__(self, model: dict, data: dict, data_cfg: dict | None = None):
+        """``model``: the model config; ``data``: :class:`DataInfo` fields; ``data_cfg``: the
+        generator config, stored in checkpoints so a run's data can be rebuilt exactly."""
+        super().__init__()
+        self.save_hyperparameters()
+        self.cfg = to_dataclass(self.config_cls, model, "model")
+        self.info = DataInfo(**data)
+        self.backbone = build_backbone(self.cfg.backbone, self.info)
+        keep = torch.ones(self.info.n_concepts)
+        for name in self.cfg.zero_concepts:
+            if name not in self.info.concept_names:
+                raise ConfigError(f"model.zero_concepts: unknown concept '{name}' (have {self.info.concept_names})")
+            keep[self.info.concept_names.index(name)] = 0.0
+        #: Alignment constraint mask: 0 removes a concept's contribution to the head.
+        self.register_buffer("concept_keep", keep)
+        self.build()
+        self._metrics = nn.ModuleDict({stage: self._make_metrics(stage) for stage in ("val", "test")})
+
+    # ------------------------------------------------------------------ contract
+    @property
+    def n_concepts(self) -> int:
+        return self.info.n_concepts if self.has_concepts else 0
+
+    @property
+    def n_classes(self) -> int:
+        return self.info.n_classes
+
+    def build(self) -> None:
+        """Create the architecture's layers (called from ``__init__``)."""
+        raise NotImplementedError
+
+    def encode(self, x: Tensor) -> ConceptState:
+        raise NotImplementedError
+
+    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
+        """Set ``state``'s concepts at ``mask`` (bool ``[B,m]``) to ``values`` (``[B,m]`` in [0,1])."""
+        raise NotImplementedError
+
+    def predict(self, state: ConceptState) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> tuple[ConceptState, Tensor]:
+        state = self.encode(x)
+        return state, self.predict(state)
+
+    def check_intervention(self, state: ConceptState, mask: Tensor, values: Tensor) -> None:
+        """Shape guard shared by every ``intervene`` (no silent broadcasting)."""
+        if mask.shape != state.probs.shape or values.shape != state.probs.shape:
+            raise ValueError(
+                f"intervene: mask {tuple(mask.shape)} and values {tuple(values.shape)} must both be "
+                f"{tuple(state.probs.shape)}"
+            )
+
+    # ------------------------------------------------------------------ training
+    def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
+        """Task logits the task loss is computed on (independent CBM feeds true concepts)."""
+        return self.predict(state)
+
+    def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
+        """Architecture-specific weighted loss terms added to the total."""
+        return {}
+
+    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(state.logits, c)
+
+    def compute_losses(self, batch: Batch) -> tuple[dict[str, Tensor], ConceptState, Tensor]:
+        """All loss terms of a batch; ``losses['loss']`` is the weighted total."""
+        state = self.encode(batch["x"])
+        y_logits = self.task_logits_for_training(batch, state)
+        losses: dict[str, Tensor] = {"task_loss": F.cross_entropy(y_logits, batch["y"])}
+        total = self.cfg.task_loss_weight * losses["task_loss"]
+        if self.has_concepts and self.cfg.concept_loss_weight > 0:
+            losses["concept_loss"] = self.concept_loss(state, batch["c"])
+            total = total + self.cfg.concept_loss_weight * losses["concept_loss"]
+        if self.cfg.backbone.aux_weight > 0 and hasattr(self.backbone, "aux_loss"):
+            losses["aux_loss"] = self.backbone.aux_loss(state.extras.get("features"), batch)
+            total = total + self.cfg.backbone.aux_weight * losses["aux_loss"]
+        for name, value in self.extra_losses(batch, state, y_logits).items():
+            losses[name] = value
+            total = total + value
+        losses["loss"] = total
+        return losses, state, y_logits
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        losses, _, _ = self.compute_losses(batch)
+        bs = len(batch["y"])
+        for name, value in losses.items():
+            self.log(f"train/{name}", value, on_step=False, on_epoch=True, batch_size=bs, prog_bar=name == "loss")
+        return losses["loss"]
+
+    def _make_metrics(self, stage: str) -> MetricCollection:
+        metrics: dict[str, nn.Module] = {"task_acc": MulticlassAccuracy(num_classes=max(self.n_classes, 2), average="micro")}
+        if self.has_concepts:
+            metrics["concept_acc"] = BinaryAccuracy()
+            metrics["concept_auroc"] = BinaryAUROC()
+        return MetricCollection(metrics, prefix=f"{stage}/")
+
+    def _eval_step(self, batch: Batch, stage: str) -> None:
+        state, y_logits = self(batch["x"])
+        metrics = self._metrics[stage]
+        metrics["task_acc"].update(y_logits, batch["y"])
+        if self.has_concepts:
+            c = batch["c"].flatten()
+            metrics["concept_acc"].update(state.probs.flatten(), c.long())
+            metrics["concept_auroc"].update(state.probs.flatten(), c.long())
+        self.log(f"{stage}/task_loss", F.cross_entropy(y_logits, batch["y"]), batch_size=len(batch["y"]))
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        self.log_dict(self._metrics[stage].compute(), prog_bar=stage == "val")
+        self._metrics[stage].reset()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        o = self.cfg.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        if o.name == "sgd":
+            opt = torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay, momentum=0.9)
+        else:
+            cls = torch.optim.Adam if o.name == "adam" else torch.optim.AdamW
+            opt = cls(params, lr=o.lr, weight_decay=o.weight_decay)
+        if o.scheduler == "cosine" and self.trainer is not None and self.trainer.max_epochs:
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(self.trainer.max_epochs, 1))
+            return {"optimizer": opt, "lr_scheduler": sched}
+        return opt
+
+
+def replace_concepts(state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
+    """CBM meaning of an intervention: the given probabilities replace the predicted ones."""
+    values = values.to(state.probs.dtype)
+    return ConceptState(
+        logits=torch.where(mask, prob_to_logit(values), state.logits),
+        probs=torch.where(mask, values, state.probs),
+        intervened=state.intervened | mask,
+        uncertainty=None if state.uncertainty is None else torch.where(mask, torch.zeros_like(values), state.uncertainty),
+        extras=dict(state.extras),
+    )
+

@@ -1,0 +1,73 @@
+"""Concept bottleneck model (Koh et al. 2020): ``x -> concepts -> y``.
+
+Training schemes (``model.training``):
+
+* ``independent`` — the encoder learns concepts, the head learns ``y`` from the
+  *annotated* concepts; at test time the head reads the predicted probabilities.
+* ``sequential`` — first ``sequential_concept_fraction`` of the epochs train the
+  encoder on concepts only; then the encoder is frozen and the head learns ``y``
+  from its predicted probabilities.
+* ``joint`` — one weighted sum of concept and task losses, end to end.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from cbm.models.base import Batch, ConceptModel, build_head, replace_concepts
+from cbm.models.state import ConceptState
+
+
+def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
+    """The backbone's own concept layer if it has one, else a linear map of its features."""
+    if hasattr(backbone, "make_concept_layer"):
+        return backbone.make_concept_layer(n_concepts)
+    return nn.Linear(backbone.out_dim, n_concepts)
+
+
+class CBM(ConceptModel):
+    def build(self) -> None:
+        self.concept_layer = make_concept_layer(self.backbone, self.n_concepts)
+        self.head = build_head(self.cfg.head, self.n_concepts, self.n_classes)
+
+    def encode(self, x: Tensor) -> ConceptState:
+        features = self.backbone(x)
+        logits = self.concept_layer(features)
+        return ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
+
+    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
+        self.check_intervention(state, mask, values)
+        return replace_concepts(state, mask, values)
+
+    def predict(self, state: ConceptState) -> Tensor:
+        return self.head(state.probs * self.concept_keep)
+
+    # ------------------------------------------------------------ training schemes
+    def _in_head_phase(self) -> bool:
+        trainer = self._trainer
+        if trainer is None or not trainer.max_epochs:
+            return True
+        switch = max(1, round(self.cfg.sequential_concept_fraction * trainer.max_epochs))
+        return self.current_epoch >= switch
+
+    def on_train_epoch_start(self) -> None:
+        if self.cfg.training == "sequential" and self._in_head_phase():
+            for module in (self.backbone, self.concept_layer):
+                module.eval()
+                module.requires_grad_(False)
+
+    def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
+        if self.cfg.training == "independent":
+            return self.head(batch["c"] * self.concept_keep)
+        if self.cfg.training == "sequential":
+            return self.head(state.probs.detach() * self.concept_keep)
+        return self.predict(state)
+
+    def compute_losses(self, batch: Batch):
+        losses, state, y_logits = super().compute_losses(batch)
+        if self.cfg.training == "sequential":
+            # One phase at a time: concepts (and aux) first, then the head on frozen concepts.
+            task_part = self.cfg.task_loss_weight * losses["task_loss"]
+            losses["loss"] = task_part if self._in_head_phase() else losses["loss"] - task_part
+        return losses, state, y_logits
