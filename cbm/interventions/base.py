@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -47,19 +49,63 @@ class OracleIntervener:
     """Ground truth: the concept's true value under its concept set."""
 
     def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
-        return true_concepts(batch).to(state.probs)
+        truth = true_concepts(batch)
+        if truth.shape != state.probs.shape:
+            raise ValueError(
+                f"oracle: the batch's true concepts have shape {tuple(truth.shape)} but the model predicts "
+                f"{tuple(state.probs.shape)} (a checkpoint of another concept set?)"
+            )
+        return truth.to(state.probs)
+
+
+def concept_mask(allowed: Tensor | Sequence[int] | None, m: int, device: torch.device | str | None = None) -> Tensor | None:
+    """``[m]`` bool mask of the concepts a policy may request (``None``: all of them).
+
+    ``allowed`` is a bool mask or a sequence of concept indices.
+    """
+    if allowed is None:
+        return None
+    t = torch.as_tensor(allowed)
+    if t.dtype == torch.bool:
+        if t.shape != (m,):
+            raise ValueError(f"allowed-concept mask has shape {tuple(t.shape)}, expected ({m},)")
+        out = t.clone()
+    else:
+        idx = t.long().flatten()
+        if len(idx) and (idx.min() < 0 or idx.max() >= m):
+            raise ValueError(f"allowed concept indices {idx.tolist()} are outside range({m})")
+        out = torch.zeros(m, dtype=torch.bool).scatter_(0, idx, True)
+    return out if device is None else out.to(device)
+
+
+def available_concepts(state: ConceptState, allowed: Tensor | Sequence[int] | None = None) -> Tensor:
+    """``[B,m]`` bool: concepts a policy may still request (not yet intervened, and ``allowed``)."""
+    avail = ~state.intervened
+    mask = concept_mask(allowed, state.n_concepts, state.probs.device)
+    return avail if mask is None else avail & mask[None]
 
 
 class RandomPolicy:
-    """``k`` concepts uniformly at random per example, from a seeded generator."""
+    """``k`` concepts uniformly at random per example, from a seeded generator.
 
-    def __init__(self, seed: int = 0):
+    ``allowed`` (bool mask or indices) restricts the concepts that may be requested.
+    """
+
+    def __init__(self, seed: int = 0, allowed: Tensor | Sequence[int] | None = None):
+        self.seed = seed
+        self.allowed = allowed
         self.generator = torch.Generator().manual_seed(seed)
 
+    def fork(self) -> RandomPolicy:
+        """An independent copy in the current generator state (the engine uses one per budget ``k``,
+        so results do not depend on the order of the budgets and masks are nested in ``k``)."""
+        return copy.deepcopy(self)
+
     def select(self, model: ConceptModel, state: ConceptState, k: int) -> Tensor:
+        avail = available_concepts(state, self.allowed)
         scores = torch.rand(state.probs.shape, generator=self.generator).to(state.probs.device)
-        scores = scores.masked_fill(state.intervened, -1.0)
-        return topk_mask(scores, k) & ~state.intervened
+        scores = scores.masked_fill(~avail, -1.0)
+        return topk_mask(scores, k) & avail
 
 
 def topk_mask(scores: Tensor, k: int) -> Tensor:

@@ -43,6 +43,25 @@ class CBM(ConceptModel):
     def predict(self, state: ConceptState) -> Tensor:
         return self.head(state.probs * self.concept_keep)
 
+    # ------------------------------------------------- intervention-engine hooks (optional)
+    def _plain_cbm_contract(self) -> bool:
+        return type(self).predict is CBM.predict and type(self).intervene is CBM.intervene
+
+    def linear_head(self) -> tuple[Tensor, Tensor] | None:
+        """``(W [C,m], b [C])`` with ``predict(state) == state.probs @ W.T + b`` when the head is one
+        linear layer and ``intervene`` replaces probabilities (lets the intervention engine use its
+        low-rank fast path); ``None`` otherwise, e.g. in a subclass that redefines either method."""
+        if not self._plain_cbm_contract() or not isinstance(self.head, nn.Linear):
+            return None
+        w = self.head.weight * self.concept_keep
+        b = self.head.bias if self.head.bias is not None else w.new_zeros(w.shape[0])
+        return w, b
+
+    def intervention_extras(self) -> frozenset[str] | None:
+        """Names of ``state.extras`` that ``intervene``/``predict`` read (none here), so the engine
+        need not copy the rest when it expands a state; ``None`` means "all of them"."""
+        return frozenset() if self._plain_cbm_contract() else None
+
     # ------------------------------------------------------------ training schemes
     def _in_head_phase(self) -> bool:
         trainer = self._trainer

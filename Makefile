@@ -1,0 +1,32 @@
+# Two commands: `make demo` (set up + train the default model) and `make test` (set up + all tests).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup demo test test-fast lint bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+## Train the default model (CBM, robot images, true concepts) and print the results table.
+demo: setup
+	$(VENV)/bin/cbm-train
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+## Everything CI runs: lint, the default (fast) suite, then the slow tests.
+test: lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow
+
+test-fast: setup
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+
+bench: setup
+	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -1,0 +1,1 @@
+"""Hydra entry points (``cbm-train``, ``cbm-data``, ``cbm-intervene``, ``cbm-automate``)."""

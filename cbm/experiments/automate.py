@@ -1,0 +1,284 @@
+"""``cbm-automate``: calibrate abstention on the calibration split, automate the test split.
+
+The model decides the confident test cases; an abstained case gets up to ``k`` concepts from
+a human (policy + intervener) and is automated if the model is then confident under the same
+threshold, else deferred. For every ``k`` the report gives coverage before/after, selective
+accuracy, rescued/deferred fractions, NetWorkAutomated (uniform and cost-weighted) and AURC.
+
+Writes into the Hydra run directory: ``automation.json`` (calibration, config, per-k results,
+risk–coverage curves), ``automation.csv`` (one row per ``k``), ``risk_coverage.png``; prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from cbm.config import ConfigError, to_dataclass
+from cbm.config.validate import as_dict
+from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, write_json_atomic
+from cbm.interventions.evaluate import resolve_ks
+from cbm.selective.abstention import SCORES, uncertainty_threshold
+from cbm.selective.automation import (
+    INTERVENERS,
+    POLICIES,
+    calibrate_model,
+    make_intervener,
+    policy_factory,
+    run_automation,
+)
+from cbm.selective.calibration import METHODS
+from cbm.selective.metrics import concept_costs, risk_coverage_curve
+from cbm.selective.plots import plot_risk_coverage
+
+log = logging.getLogger("cbm.automate")
+
+#: Per-k columns of automation.csv, in order.
+CSV_COLUMNS = [
+    "k",
+    "tau",
+    "n",
+    "coverage_before",
+    "selective_acc_before",
+    "rescued",
+    "deferred",
+    "coverage",
+    "selective_acc",
+    "rescued_acc",
+    "mean_requested",
+    "mean_cost_uniform",
+    "mean_cost",
+    "nwa",
+    "nwa_cost",
+    "aurc",
+    "eaurc",
+    "meets_target",
+]
+#: Most points stored per risk–coverage curve in automation.json.
+MAX_CURVE_POINTS = 500
+
+
+@dataclass
+class AutomateConfig:
+    """Typed schema of ``conf/automate.yaml``."""
+
+    checkpoint: str = ""
+    target_accuracy: float = 0.95
+    delta: float = 0.1
+    method: str = "ltt"
+    score: str = "probability"
+    policy: str = "random"
+    policy_args: dict[str, Any] = field(default_factory=dict)
+    intervener: str = "oracle"
+    intervener_args: dict[str, Any] = field(default_factory=dict)
+    ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
+    costs: dict[str, float] | None = None
+    data_overrides: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    batch_size: int = 256
+    eval_batch_size: int = 1024
+    cache_dir: str | None = ".cache/cbm"
+    output_dir: str = "."
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint or self.checkpoint == "???":
+            raise ValueError(
+                "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"
+            )
+        if not 0.0 < self.target_accuracy <= 1.0:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got '{self.policy}'")
+        if self.intervener not in INTERVENERS:
+            raise ValueError(f"intervener must be one of {tuple(INTERVENERS)}, got '{self.intervener}'")
+        if not self.ks:
+            raise ValueError("ks must list at least one budget (e.g. [0, 1, 3, max])")
+        for k in self.ks:
+            if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
+                raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError("batch_size and eval_batch_size must be >= 1")
+
+
+def validate(cfg: DictConfig | dict) -> AutomateConfig:
+    """Typed config; raises ConfigError with one clear line."""
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    if raw.get("checkpoint") in (None, "", "???"):
+        raise ConfigError("checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>")
+    return to_dataclass(AutomateConfig, raw, "config")
+
+
+# ----------------------------------------------------------------------------- core
+def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
+    """Calibrate on ``dm``'s calib split, run the flow on its test split; the report dict.
+
+    ``dm`` is anything with ``loader(split_name)`` (a :class:`~synthetic.datamodule.SyntheticDataModule`).
+    """
+    ks = resolve_ks(cfg.ks, model.n_concepts)
+    costs = concept_costs(model.info.concept_names, cfg.costs) if model.n_concepts else None
+    needs_humans = any(k > 0 for k in ks)
+    policy_args = dict(cfg.policy_args)
+    if (
+        cfg.policy == "responsiveness"
+        and policy_args.get("prior") == "empirical"
+        and "labels" not in policy_args
+    ):
+        policy_args["labels"] = dm.split("train").tensors["c"]  # the joint of the training concept labels
+    make_policy = policy_factory(cfg.policy, cfg.seed, **policy_args) if needs_humans else (lambda: None)
+    intervener = make_intervener(cfg.intervener, cfg.seed, **cfg.intervener_args) if needs_humans else None
+
+    calib, cal_scored = calibrate_model(
+        model, dm.loader("calib"), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score
+    )
+    outcomes = run_automation(
+        model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs
+    )
+    results = [outcomes[k].summary(cfg.target_accuracy) for k in ks]
+    for r in results:
+        if "note" in r:
+            log.warning("k=%s: %s", r["k"], r["note"])
+    cal_dict = calib.to_dict()
+    if cfg.score == "uncertainty":
+        cal_dict["tau_uncertainty"] = uncertainty_threshold(calib.tau)
+    cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
+    curves = {"calib (k=0)": _thin(cal_cov, cal_risk)}
+    curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
+    info = model.info
+    return {
+        "checkpoint": cfg.checkpoint,
+        "dataset": info.dataset,
+        "model": getattr(model.cfg, "name", type(model).__name__),
+        "n_concepts": model.n_concepts,
+        "concept_costs": None if costs is None else dict(zip(info.concept_names, costs.tolist())),
+        "config": as_dict(cfg),
+        "calibration": cal_dict,
+        "results": results,
+        "curves": curves,
+    }
+
+
+def _thin(cov: np.ndarray, risk: np.ndarray) -> dict[str, list[float]]:
+    """At most MAX_CURVE_POINTS points of a curve (always keeping its ends)."""
+    if len(cov) > MAX_CURVE_POINTS:
+        idx = np.unique(np.linspace(0, len(cov) - 1, MAX_CURVE_POINTS).round().astype(int))
+        cov, risk = cov[idx], risk[idx]
+    return {"coverage": [float(v) for v in cov], "risk": [float(v) for v in risk]}
+
+
+# ----------------------------------------------------------------------------- output
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.2f}"
+
+
+def results_table(report: dict[str, Any]) -> str:
+    """Markdown table of the per-k results (percentages; NWA as a signed fraction)."""
+    rows = [
+        {
+            "k": r["k"],
+            "coverage before %": _pct(r["coverage_before"]),
+            "coverage after %": _pct(r["coverage"]),
+            "rescued %": _pct(r["rescued"]),
+            "deferred %": _pct(r["deferred"]),
+            "sel. acc %": _pct(r["selective_acc"]),
+            "NWA": f"{r['nwa']:+.4f}",
+            "NWA (cost)": f"{r['nwa_cost']:+.4f}",
+            "AURC": f"{r['aurc']:.4f}",
+        }
+        for r in report["results"]
+    ]
+    return markdown_table(rows, list(rows[0]))
+
+
+def calibration_line(report: dict[str, Any]) -> str:
+    c = report["calibration"]
+    guarantee = (
+        f"true selective accuracy >= {c['bound']:.2%} with probability >= {1 - c['delta']:.0%}"
+        if c["guaranteed"]
+        else f"no guarantee (uncorrected {1 - c['delta']:.0%} bound {c['bound']:.2%})"
+    )
+    return (
+        f"tau = {c['tau']:.6g} ({c['method']}, target {c['target_accuracy']:.2%}): calibration coverage "
+        f"{c['coverage_cal']:.2%}, selective accuracy {c['selective_acc_cal']:.2%} on {c['n_cal']} examples; {guarantee}"
+    )
+
+
+def write_csv_atomic(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: "" if r.get(c) is None else r.get(c) for c in columns})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
+    """automation.json, automation.csv and risk_coverage.png in ``out_dir``."""
+    write_json_atomic(out_dir / "automation.json", report)
+    write_csv_atomic(out_dir / "automation.csv", report["results"], CSV_COLUMNS)
+    curves = {
+        name: (np.asarray(c["coverage"]), np.asarray(c["risk"])) for name, c in report["curves"].items()
+    }
+    points = [
+        (
+            f"test k={r['k']}",
+            r["coverage"],
+            None if r["selective_acc"] is None else 1.0 - r["selective_acc"],
+        )
+        for r in report["results"]
+    ]
+    title = f"{report['dataset']} / {report['model']}: {report['calibration']['method']} tau={report['calibration']['tau']:.4g}"
+    plot_risk_coverage(
+        curves, out_dir / "risk_coverage.png", report["calibration"]["target_accuracy"], points, title
+    )
+
+
+def run(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Load the run, calibrate, automate, write the outputs; return the report."""
+    from cbm.training.checkpoint import load_run  # imports the data generators
+
+    acfg = validate(cfg)
+    out_dir = Path(acfg.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(acfg.seed, workers=True, verbose=False)
+    model, dm, _ = load_run(
+        acfg.checkpoint, acfg.cache_dir, acfg.batch_size, acfg.eval_batch_size, acfg.data_overrides
+    )
+    report = automate(model, dm, acfg)
+    write_outputs(report, out_dir)
+    print(calibration_line(report))
+    print(results_table(report))
+    return report
+
+
+@hydra.main(config_path=CONF_DIR, config_name="automate", version_base="1.3")
+@clean_errors("cbm-automate")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

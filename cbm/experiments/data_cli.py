@@ -1,0 +1,136 @@
+"""``cbm-data``: inspect, export or look at a generated dataset.
+
+    cbm-data info   data=robot data.concept_set=fine
+    cbm-data export data=robot out=robot.npz
+    cbm-data show   data=sudoku_18px out=boards.png n=8
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from cbm.config import to_dataclass
+from cbm.experiments.common import CONF_DIR, clean_errors, fail
+from synthetic.base import SPLITS, SyntheticData
+from synthetic.cache import atomic_save_npz
+from synthetic.registry import data_config, load_data
+
+COMMANDS = ("info", "export", "show")
+
+
+@dataclass
+class DataCliConfig:
+    cache_dir: str | None = ".cache/cbm"
+    out: str | None = None
+    split: str = "test"
+    n: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.split not in (*SPLITS, "all"):
+            raise ValueError(f"split must be one of {[*SPLITS, 'all']}, got '{self.split}'")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+
+
+def export_arrays(data: SyntheticData) -> dict[str, np.ndarray]:
+    """The exported file: the batch contract's arrays plus names and the attribute table."""
+    out = {
+        "x": data.x,
+        "c": data.c,
+        "c_true": data.c_true,
+        "y": data.y,
+        "split": data.split,
+        "split_names": np.array(list(SPLITS)),
+        "concept_names": np.array(data.concept_names),
+        "true_concept_names": np.array(data.true_concept_names),
+        "class_names": np.array(data.class_names),
+        "attributes": data.meta,
+        "attribute_names": np.array(data.meta_names),
+    }
+    out.update(data.extra)
+    return out
+
+
+def info_text(data: SyntheticData) -> str:
+    lines = [f"modality: {data.modality}   x: {data.x.shape} {data.x.dtype}   concepts: {data.n_concepts}"]
+    for name in SPLITS:
+        rows = data.indices(name)
+        if len(rows):
+            counts = np.bincount(data.y[rows], minlength=data.n_classes) / len(rows)
+            share = ", ".join(f"{c}={100 * s:.1f}%" for c, s in zip(data.class_names, counts))
+            lines.append(f"{name:>6}: {len(rows):6d} samples   {share}")
+    prevalence = data.c.mean(0)
+    lines.append("concept prevalence: " + ", ".join(f"{n}={p:.2f}" for n, p in zip(data.concept_names, prevalence)))
+    return "\n".join(lines)
+
+
+def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
+    """Save a grid of sample images titled with their label and active concepts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if data.modality != "image":
+        raise ValueError(f"show needs image data, this dataset is {data.modality} (use data.modality=image)")
+    cols = min(4, len(rows))
+    nrows = int(np.ceil(len(rows) / cols))
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.6 * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, i in zip(axes.flat, rows):
+        ax.imshow(data.x[i], interpolation="nearest")
+        on = [n for n, v in zip(data.concept_names, data.c[i]) if v > 0.5]
+        text = ", ".join(on) if len(on) <= 8 else f"{len(on)}/{data.n_concepts} concepts on"
+        ax.set_title(f"y={data.class_names[data.y[i]]}\n{text}", fontsize=7, wrap=True)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@clean_errors("cbm-data")
+def run(argv: list[str]) -> None:
+    if not argv or argv[0] not in COMMANDS:
+        fail("cbm-data", f"usage: cbm-data {{{','.join(COMMANDS)}}} data=<name> [key=value ...]")
+    command, overrides = argv[0], argv[1:]
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="data_cli", overrides=overrides)
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    data_cfg = data_config(raw.pop("data"))
+    opts = to_dataclass(DataCliConfig, raw, "cbm-data")
+    data = load_data(data_cfg, opts.cache_dir)
+    if command == "info":
+        print(info_text(data))
+    elif command == "export":
+        if not opts.out:
+            raise ValueError("export needs out=FILE.npz")
+        atomic_save_npz(Path(opts.out), export_arrays(data))
+        print(f"wrote {len(data.y)} samples to {opts.out}")
+    else:
+        rows = data.indices(opts.split) if opts.split != "all" else np.arange(len(data.y))
+        rng = np.random.default_rng(opts.seed)
+        rows = np.sort(rng.choice(rows, size=min(opts.n, len(rows)), replace=False))
+        out = Path(opts.out or f"{data_cfg.name}_samples.png")
+        show_grid(data, rows, out)
+        print(f"saved {len(rows)} samples to {out}")
+
+
+def main() -> None:
+    from hydra.errors import HydraException
+
+    try:
+        run(sys.argv[1:])
+    except HydraException as err:  # unknown group option, bad override syntax
+        fail("cbm-data", str(err).strip().splitlines()[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The intervention engine: task accuracy after test-time interventions over a grid of
+interveners x policies x budgets ``k``.
+
+Each batch is encoded once; each policy chooses its concepts once per budget (shared by
+all interveners); each intervener's values go through the model's own ``intervene`` and
+``predict``. Metrics per (intervener, policy, k): accuracy after intervention, its gain
+over a black-box accuracy when one is given, mean number of concepts requested per
+example, fraction of examples requesting any. Runs under ``torch.no_grad`` on the
+model's device.
+
+>>> grid = run_grid(model, loader, {"oracle": OracleIntervener()},
+...                 {"random": RandomPolicy(0)}, ks=[0, 1, 2])     # doctest: +SKIP
+>>> grid.save(out_dir)  # results.csv, results.json, accuracy_vs_k.png   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from cbm.interventions.base import Batch, Intervener, Policy
+
+#: Columns of ``results.csv`` (and the keys of each row).
+COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
+
+PolicyLike = Policy | Callable[[], Policy]
+
+
+def model_device(model) -> torch.device:
+    """The device of the model's parameters (CPU for parameter-less models)."""
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    p = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return p.device if p is not None else torch.device("cpu")
+
+
+def to_device(batch: Mapping[str, Any], device: torch.device) -> Batch:
+    return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+def _policy_for_k(policy: PolicyLike) -> Policy:
+    """A fresh policy from a factory (a class or a callable without ``select``), a fork of a policy
+    that defines ``fork()`` (random policies), else the policy itself (deterministic policies)."""
+    if isinstance(policy, type) or not hasattr(policy, "select"):
+        return policy()  # type: ignore[operator]
+    fork = getattr(policy, "fork", None)
+    return fork() if callable(fork) else policy  # type: ignore[return-value]
+
+
+def _check_mask(mask: Tensor, state, k: int, name: str) -> Tensor:
+    if mask.shape != state.probs.shape or mask.dtype != torch.bool:
+        raise ValueError(f"policy '{name}' returned a {mask.dtype} mask of shape {tuple(mask.shape)}, expected bool {tuple(state.probs.shape)}")
+    if bool((mask.sum(1) > k).any()):
+        raise ValueError(f"policy '{name}' requested more than k={k} concepts for some example")
+    if bool((mask & state.intervened).any()):
+        raise ValueError(f"policy '{name}' requested concepts that were already intervened on")
+    return mask
+
+
+@dataclass
+class KResult:
+    """Metrics of one (intervener, policy) at one budget ``k``."""
+
+    k: int
+    accuracy: float
+    mean_requested: float
+    frac_requesting: float
+    n_examples: int
+    #: With ``per_example``: ``mask [N,m]``, ``pred [N]``, ``y [N]``, ``n_requested [N]`` (+ ``idx``).
+    examples: dict[str, Tensor] | None = None
+
+
+@dataclass
+class ResultsGrid:
+    """Rows of :data:`COLUMNS`, one per (intervener, policy, k), plus run metadata."""
+
+    rows: list[dict[str, Any]]
+    blackbox_accuracy: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: With ``per_example``: ``(intervener, policy, k) -> {mask, pred, y, n_requested[, idx]}``.
+    examples: dict[tuple[str, str, int], dict[str, Tensor]] = field(default_factory=dict)
+
+    def row(self, intervener: str, policy: str, k: int) -> dict[str, Any]:
+        for r in self.rows:
+            if r["intervener"] == intervener and r["policy"] == policy and r["k"] == k:
+                return r
+        raise KeyError(f"no result for intervener={intervener!r}, policy={policy!r}, k={k}")
+
+    def curves(self) -> dict[tuple[str, str], tuple[list[int], list[float]]]:
+        """``(intervener, policy) -> (ks, accuracies)``, ks ascending: the intervention curves."""
+        out: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        for r in self.rows:
+            out.setdefault((r["intervener"], r["policy"]), []).append((r["k"], r["accuracy"]))
+        return {key: ([k for k, _ in sorted(v)], [a for _, a in sorted(v)]) for key, v in out.items()}
+
+    def with_blackbox(self, accuracy: float | None) -> ResultsGrid:
+        """The grid with ``gain = accuracy - accuracy`` of the black box filled in."""
+        rows = [{**r, "gain": None if accuracy is None else r["accuracy"] - accuracy} for r in self.rows]
+        return ResultsGrid(rows, accuracy, dict(self.meta), self.examples)
+
+    def table(self) -> str:
+        """Markdown table (accuracies and gains in %)."""
+        from cbm.experiments.common import markdown_table
+
+        cols = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting"]
+        rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}"} for r in self.rows]
+        for r in rows:
+            if r.get("gain") is not None:
+                r["gain"] = f"{100 * r['gain']:+.2f}"
+        return markdown_table(rows, cols)
+
+    def to_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            for r in self.rows:
+                w.writerow({c: "" if r.get(c) is None else r.get(c) for c in COLUMNS})
+        tmp.replace(path)
+        return path
+
+    def to_json(self, path: str | Path) -> Path:
+        from cbm.experiments.common import write_json_atomic
+
+        path = Path(path)
+        write_json_atomic(path, {"rows": self.rows, "blackbox_accuracy": self.blackbox_accuracy, "meta": self.meta})
+        return path
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> ResultsGrid:
+        obj = json.loads(Path(path).read_text())
+        return cls(obj["rows"], obj.get("blackbox_accuracy"), obj.get("meta", {}))
+
+    def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
+        """Write ``results.csv``, ``results.json`` (and ``accuracy_vs_k.png``) into ``out_dir``."""
+        out = Path(out_dir)
+        paths = {"csv": self.to_csv(out / "results.csv"), "json": self.to_json(out / "results.json")}
+        if plot:
+            from cbm.interventions.plots import plot_accuracy_vs_k
+
+            paths["plot"] = plot_accuracy_vs_k(self, out / "accuracy_vs_k.png", title=self.meta.get("title"))
+        if self.examples:
+            torch.save({"/".join(map(str, key)): v for key, v in self.examples.items()}, out / "per_example.pt")
+            paths["per_example"] = out / "per_example.pt"
+        return paths
+
+
+@torch.no_grad()
+def model_accuracy(model, batches: Iterable[Batch]) -> float:
+    """Plain task accuracy of ``model`` (any architecture, the black box included)."""
+    model.eval()
+    device = model_device(model)
+    metric = MulticlassAccuracy(num_classes=max(model.n_classes, 2), average="micro").to(device)
+    n = 0
+    for batch in batches:
+        batch = to_device(batch, device)
+        metric.update(model(batch["x"])[1], batch["y"])
+        n += len(batch["y"])
+    if n == 0:
+        raise ValueError("no examples to evaluate the model on")
+    return float(metric.compute())
+
+
+@torch.no_grad()
+def run_grid(
+    model,
+    batches: Iterable[Batch],
+    interveners: Mapping[str, Intervener],
+    policies: Mapping[str, PolicyLike],
+    ks: Sequence[int],
+    *,
+    per_example: bool = False,
+    blackbox_accuracy: float | None = None,
+) -> ResultsGrid:
+    """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
+
+    ``policies`` maps names to policies or to zero-argument factories (called once per ``k``).
+    Policies that define ``fork()`` (random ones) get one fork per ``k``; others are shared
+    across budgets and may define ``prepare(model, state, ks)`` to evaluate once per batch.
+    """
+    if not getattr(model, "has_concepts", True):
+        raise ValueError("the black-box model has no concepts to intervene on")
+    ks = list(dict.fromkeys(int(k) for k in ks))
+    if any(k < 0 for k in ks):
+        raise ValueError(f"intervention budgets must be >= 0, got {ks}")
+    if not interveners or not policies:
+        raise ValueError("run_grid needs at least one intervener and one policy")
+    model.eval()
+    device = model_device(model)
+    n_classes = max(int(getattr(model, "n_classes", 2)), 2)
+    pol = {name: {k: _policy_for_k(p) for k in ks} for name, p in policies.items()}
+    combos = [(i, p, k) for i in interveners for p in policies for k in ks]
+    acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro").to(device) for c in combos}
+    req = {(p, k): MeanMetric().to(device) for p in policies for k in ks}
+    frac = {(p, k): MeanMetric().to(device) for p in policies for k in ks}
+    seconds = {c: 0.0 for c in combos}
+    keep: dict[tuple[str, str, int], dict[str, list[Tensor]]] = {c: {} for c in combos} if per_example else {}
+    total = 0
+    for batch in batches:
+        batch = to_device(batch, device)
+        state = model.encode(batch["x"])
+        base_pred = model.predict(state).argmax(1)
+        y = batch["y"]
+        total += len(y)
+        for pname in policies:
+            t0 = time.perf_counter()
+            shared = {id(pk) for pk in pol[pname].values()}
+            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare"):
+                pol[pname][ks[0]].prepare(model, state, [k for k in ks if k > 0])
+            masks = {}
+            for k in ks:
+                if k == 0:
+                    masks[k] = torch.zeros_like(state.probs, dtype=torch.bool)
+                else:
+                    masks[k] = _check_mask(pol[pname][k].select(model, state, k), state, k, pname)
+            t_policy = (time.perf_counter() - t0) / len(ks)
+            for k, mask in masks.items():
+                n_req = mask.sum(1)
+                req[(pname, k)].update(n_req.float())
+                frac[(pname, k)].update((n_req > 0).float())
+                for iname, intervener in interveners.items():
+                    t1 = time.perf_counter()
+                    if bool(mask.any()):
+                        values = intervener(batch, state, mask)
+                        pred = model.predict(model.intervene(state, mask, values)).argmax(1)
+                    else:
+                        pred = base_pred
+                    c = (iname, pname, k)
+                    acc[c].update(pred, y)
+                    seconds[c] += t_policy + time.perf_counter() - t1
+                    if per_example:
+                        out = keep[c]
+                        for key, v in (("mask", mask), ("pred", pred), ("y", y), ("n_requested", n_req)):
+                            out.setdefault(key, []).append(v.cpu())
+                        if "idx" in batch:
+                            out.setdefault("idx", []).append(batch["idx"].cpu())
+    if total == 0:
+        raise ValueError("no examples to evaluate interventions on")
+    rows = []
+    for c in combos:
+        iname, pname, k = c
+        a = float(acc[c].compute())
+        rows.append(
+            {
+                "intervener": iname,
+                "policy": pname,
+                "k": k,
+                "accuracy": a,
+                "gain": None if blackbox_accuracy is None else a - blackbox_accuracy,
+                "mean_requested": float(req[(pname, k)].compute()),
+                "frac_requesting": float(frac[(pname, k)].compute()),
+                "n_examples": total,
+                "seconds": seconds[c],
+            }
+        )
+    examples = {c: {key: torch.cat(v) for key, v in d.items()} for c, d in keep.items()}
+    return ResultsGrid(rows, blackbox_accuracy, {"ks": ks, "interveners": list(interveners), "policies": list(policies)}, examples)
+
+
+def run_interventions(
+    model,
+    batches: Iterable[Batch],
+    intervener: Intervener,
+    policy: PolicyLike,
+    ks: Sequence[int],
+    *,
+    per_example: bool = False,
+) -> dict[int, KResult]:
+    """Per-budget metrics of one intervener with one policy (see :func:`run_grid`)."""
+    grid = run_grid(model, batches, {"i": intervener}, {"p": policy}, ks, per_example=per_example)
+    out = {}
+    for r in grid.rows:
+        k = r["k"]
+        out[k] = KResult(k, r["accuracy"], r["mean_requested"], r["frac_requesting"], r["n_examples"], grid.examples.get(("i", "p", k)))
+    return out
+
+
+def read_blackbox_metrics(path: str | Path, split: str = "test", dataset: str | None = None) -> float:
+    """Task accuracy from a ``metrics.json`` written by ``cbm-train`` (key ``<split>/task_acc``)."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"blackbox: cannot read {path} ({type(err).__name__})") from None
+    if dataset is not None and obj.get("dataset") not in (None, dataset):
+        raise ValueError(f"blackbox: {path} is a run on dataset {obj.get('dataset')!r}, not {dataset!r}")
+    key = f"{split}/task_acc"
+    if key not in obj:
+        raise ValueError(f"blackbox: {path} has no '{key}' (the black box must be evaluated on the same split)")
+    return float(obj[key])
+
+
+def blackbox_accuracy(source: str | Path, model=None, batches: Iterable[Batch] | None = None, split: str = "test") -> float:
+    """Accuracy of the black-box baseline ``f0`` for ``Gain(f, f0) = acc_after - acc_blackbox``.
+
+    ``source``: a ``metrics.json`` (its ``<split>/task_acc``), a ``.ckpt``, or a run directory
+    (its checkpoint when it has one, else its ``metrics.json``). A checkpoint is evaluated on
+    ``batches`` after checking it was trained on the same dataset and concepts as ``model``.
+    """
+    from cbm.training.checkpoint import check_compatible, load_model, resolve_checkpoint
+
+    p = Path(source)
+    dataset = getattr(getattr(model, "info", None), "dataset", None)
+    if p.suffix == ".json":
+        return read_blackbox_metrics(p, split, dataset)
+    if p.is_dir() and not (p / "checkpoints").is_dir() and (p / "metrics.json").exists():
+        return read_blackbox_metrics(p / "metrics.json", split, dataset)
+    ckpt = resolve_checkpoint(p)
+    if batches is None:
+        raise ValueError("blackbox: a checkpoint needs the evaluation batches")
+    bb = load_model(ckpt, map_location=model_device(model) if model is not None else "cpu")
+    if model is not None:
+        check_compatible(bb, asdict(model.info))
+    return model_accuracy(bb, batches)

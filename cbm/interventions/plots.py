@@ -1,0 +1,55 @@
+"""Intervention curves: accuracy (and concepts requested) vs budget ``k``.
+
+Drawn with matplotlib's Agg canvas directly, so importing this module never changes
+the global backend of an interactive session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | None = None, title: str | None = None) -> Path:
+    """Save a two-panel PNG: task accuracy vs ``k`` (one line per intervener/policy, the black
+    box as a dashed horizontal line) and mean number of concepts requested vs ``k``.
+
+    ``grid``: a :class:`~cbm.interventions.engine.ResultsGrid` or its list of rows.
+    """
+    rows = grid.rows if hasattr(grid, "rows") else list(grid)
+    if blackbox_accuracy is None:
+        blackbox_accuracy = getattr(grid, "blackbox_accuracy", None)
+    lines: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        lines.setdefault((r["intervener"], r["policy"]), []).append(r)
+    fig = Figure(figsize=(10, 4), dpi=120)
+    FigureCanvasAgg(fig)
+    ax_acc, ax_req = fig.subplots(1, 2)
+    markers = "osD^v<>ph*"
+    for n, ((iname, pname), rs) in enumerate(sorted(lines.items())):
+        rs = sorted(rs, key=lambda r: r["k"])
+        ks = [r["k"] for r in rs]
+        label = f"{iname} / {pname}"
+        ax_acc.plot(ks, [100 * r["accuracy"] for r in rs], marker=markers[n % len(markers)], label=label)
+        ax_req.plot(ks, [r["mean_requested"] for r in rs], marker=markers[n % len(markers)], label=label)
+    if blackbox_accuracy is not None:
+        ax_acc.axhline(100 * blackbox_accuracy, color="black", linestyle="--", linewidth=1, label="black box")
+    ax_acc.set_xlabel("budget k (concepts per example)")
+    ax_acc.set_ylabel("task accuracy after intervention (%)")
+    ax_acc.grid(alpha=0.3)
+    ax_acc.legend(fontsize=7)
+    ax_req.set_xlabel("budget k")
+    ax_req.set_ylabel("concepts requested per example")
+    ax_req.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp)
+    tmp.replace(path)
+    return path

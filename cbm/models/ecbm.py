@@ -1,0 +1,288 @@
+"""Energy-based Concept Bottleneck Model (Xu et al., ICLR 2024).
+
+Three energy networks over the encoder features ``z`` (paper Sec. 3.1), each of the form
+``E = w . relu(h + h * e) + b`` with ``h`` a projection of its input and ``e`` a unit-norm
+label embedding (as in the reference ``xmed-lab/ECBM``):
+
+* class energy ``E_xy(x, y)``: ``h = W_y z``, ``e = u_y`` (class embedding);
+* concept energy ``E_xc(x, c) = sum_i E_i(x, c_i)``: ``h = W_c z``, ``e`` the normalised
+  mixture ``c_i v_i^+ + (1 - c_i) v_i^-`` of concept ``i``'s embeddings, one head per concept;
+* global energy ``E_cy(c, y)``: ``h = P [s_1 .. s_m]`` with ``s_i = c_i v_i^+ + (1 - c_i) v_i^-``
+  (soft: no ``c > 0.5`` threshold, so concepts receive its gradient), ``e = u_y``.
+
+Training (Eq. 5-7) minimises ``E(pos) + logsumexp(-E)`` per energy, i.e. cross-entropy with
+logits ``-E``: ``L_class + lambda_c L_concept + lambda_g L_global``, the global energy seeing the
+annotated concepts with random flips (the reference's ``cy_augment``, here drawn per sample).
+
+Inference (Eq. 8) minimises the weighted joint energy
+``w_xy E_xy(x, y_hat) + w_xc E_xc(x, c) + w_cy E_cy(c, y_hat)`` over relaxed concepts
+``c = sigmoid(a)`` and class ``y_hat = softmax(b)`` by batched gradient descent, bounded by
+``infer_steps`` and stopped per row once its largest gradient entry is below ``infer_tol``
+(so a row's result does not depend on the rest of its batch). Intervened concepts are held
+at their values (``torch.where``: zero gradient) while the rest are re-minimised, so an
+intervention propagates to correlated concepts. Rows with an intervention use
+``intervene_weights`` (the reference drops the class energy after an intervention). The class
+prediction is ``logits_y = -(w_xy E_xy(x, y) + w_cy E_cy(c*, y))``: the joint energy of each
+class at the inferred concepts.
+
+In training mode ``encode`` skips the minimisation (the losses only need the energies); the
+minimisation never tracks parameter gradients and never uses dropout, so it is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cbm.models.base import Batch, ConceptModel, prob_to_logit
+from cbm.models.config import ModelConfig
+from cbm.models.state import ConceptState
+
+
+@dataclass
+class EnergyWeights:
+    """Weights of the three energies in the joint energy minimised at inference."""
+
+    xy: float = 1.0
+    xc: float = 1.0
+    cy: float = 1.0
+
+    def __post_init__(self) -> None:
+        if min(self.xy, self.xc, self.cy) < 0 or self.xy + self.cy <= 0:
+            raise ValueError("energy weights must be >= 0 with xy + cy > 0 (else no class is preferred)")
+
+
+@dataclass
+class ECBMConfig(ModelConfig):
+    """ECBM knobs; defaults from the reference (configs/cub.json, GradientInference.py).
+
+    ``task_loss_weight`` / ``concept_loss_weight`` / ``global_loss_weight`` weigh the class,
+    concept and global energy losses (reference ``lambda_xy`` 3, ``lambda_xc`` 1, ``lambda_cy`` 1).
+    """
+
+    name: str = "ecbm"
+    task_loss_weight: float = 3.0
+    global_loss_weight: float = 1.0
+    #: Width of the energy networks (reference ``hid_size``).
+    hidden_dim: int = 128
+    dropout: float = 0.2
+    #: Global-energy augmentation: a sample is perturbed with this probability ...
+    perturb_sample_prob: float = 0.2
+    #: ... and then each of its concepts flipped with this probability.
+    perturb_concept_prob: float = 0.2
+    #: Joint-energy weights at inference (reference defaults lambda_xy 1, lambda_xc 1, lambda_cy 0.01).
+    infer_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=1.0, xc=1.0, cy=0.01))
+    #: Weights for rows with intervened concepts (reference: class energy off, global weight 3; the
+    #: concept energy is kept so re-minimised concepts stay anchored to the input, see module doc).
+    intervene_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=0.0, xc=1.0, cy=3.0))
+    #: Gradient-descent bound, step size and per-row stopping tolerance (max |gradient|).
+    infer_steps: int = 100
+    infer_lr: float = 1.0
+    infer_tol: float = 1e-4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training != "joint":
+            raise ValueError(f"model.training: ECBM trains jointly, got '{self.training}'")
+        if self.hidden_dim <= 0 or self.infer_steps < 0 or self.infer_lr <= 0 or self.infer_tol < 0:
+            raise ValueError("model.hidden_dim and infer_lr must be > 0, infer_steps and infer_tol >= 0")
+        if self.global_loss_weight < 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError("model.global_loss_weight must be >= 0 and model.dropout in [0, 1)")
+        for p in (self.perturb_sample_prob, self.perturb_concept_prob):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"model.perturb_*_prob must be in [0, 1], got {p}")
+
+
+def _energy(h: Tensor, e: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """The reference energy head ``w . relu(h + h * e) + b`` (broadcast over leading dims)."""
+    return (F.relu(h + h * e) * w).sum(-1) + b
+
+
+class ECBM(ConceptModel):
+    """Three energy networks; prediction and intervention by joint-energy minimisation."""
+
+    config_cls = ECBMConfig
+    cfg: ECBMConfig
+
+    def build(self) -> None:
+        m, k, h = self.n_concepts, self.n_classes, self.cfg.hidden_dim
+        self.proj_xy = nn.Linear(self.backbone.out_dim, h)
+        self.proj_xc = nn.Linear(self.backbone.out_dim, h)
+        self.class_emb = nn.Parameter(torch.randn(k, h))
+        #: Concept embeddings ``[2,m,h]``: index 0 negative, 1 positive; shared by E_xc and E_cy.
+        self.concept_emb = nn.Parameter(torch.randn(2, m, h))
+        self.concept_proj = nn.Linear(m * h, h)
+        bound = h**-0.5
+        self.head_xy = nn.Linear(h, 1)
+        self.head_cy = nn.Linear(h, 1)
+        self.head_xc_w = nn.Parameter(torch.empty(m, h).uniform_(-bound, bound))
+        self.head_xc_b = nn.Parameter(torch.empty(m).uniform_(-bound, bound))
+
+    # ------------------------------------------------------------------ energies
+    def _hidden(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """Projections of the features for E_xy and E_xc (dropout in training only)."""
+        p = self.cfg.dropout if self.training else 0.0
+        return F.dropout(self.proj_xy(features), p, self.training), F.dropout(self.proj_xc(features), p, self.training)
+
+    def _global_affine(self) -> tuple[Tensor, Tensor]:
+        """``P [s_1..s_m] = g0 + c @ G`` with ``s_i`` alignment-masked: ``g0 [h]``, ``G [m,h]``.
+
+        ``s_i`` is affine in ``c_i``, so the global projection is too; this form costs
+        ``O(m h)`` per evaluation instead of ``O(m h^2)``.
+        """
+        m, h = self.n_concepts, self.cfg.hidden_dim
+        keep = self.concept_keep.view(m, 1)
+        neg, pos = self.concept_emb[0] * keep, self.concept_emb[1] * keep
+        w = self.concept_proj.weight.view(h, m, h)
+        return self.concept_proj(neg.reshape(1, -1)).squeeze(0), torch.einsum("omk,mk->mo", w, pos - neg)
+
+    def _class_emb(self, y_probs: Tensor | None = None) -> Tensor:
+        """Unit class embeddings ``[C,h]``, or of the relaxed class ``y_probs [B,C]`` -> ``[B,h]``."""
+        u = self.class_emb if y_probs is None else y_probs @ self.class_emb
+        return F.normalize(u, dim=-1)
+
+    def concept_energies(self, h_xc: Tensor, c: Tensor) -> Tensor:
+        """``E_i(x, c_i)`` ``[B,m]`` for relaxed concepts ``c [B,m]``."""
+        v = c.unsqueeze(-1) * self.concept_emb[1] + (1 - c.unsqueeze(-1)) * self.concept_emb[0]
+        return _energy(h_xc.unsqueeze(1), F.normalize(v, dim=-1), self.head_xc_w, self.head_xc_b)
+
+    def class_energies(self, features: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        """``E_xy(x, y)`` and ``E_cy(c, y)`` for every class ``y``: two ``[B,C]`` tensors."""
+        h_xy, _ = self._hidden(features)
+        g0, g = self._global_affine()
+        u = self._class_emb()
+        e_xy = _energy(h_xy.unsqueeze(1), u, self.head_xy.weight[0], self.head_xy.bias)
+        e_cy = _energy((g0 + c @ g).unsqueeze(1), u, self.head_cy.weight[0], self.head_cy.bias)
+        return e_xy, e_cy
+
+    # ------------------------------------------------------------------ inference
+    def _weights(self, rows_intervened: Tensor) -> Tensor:
+        """Per-row joint-energy weights ``[B,3]`` (xy, xc, cy)."""
+        inf, itv = self.cfg.infer_weights, self.cfg.intervene_weights
+        a = rows_intervened.new_tensor([inf.xy, inf.xc, inf.cy], dtype=torch.float32)
+        b = rows_intervened.new_tensor([itv.xy, itv.xc, itv.cy], dtype=torch.float32)
+        return torch.where(rows_intervened.unsqueeze(1), b, a)
+
+    def joint_energy(
+        self, h_xy: Tensor, h_xc: Tensor, global_affine: tuple[Tensor, Tensor], c: Tensor, y_probs: Tensor, w: Tensor
+    ) -> Tensor:
+        """Weighted joint energy ``[B]`` of relaxed concepts ``c`` and class ``y_probs`` (Eq. 8)."""
+        g0, g = global_affine
+        u = self._class_emb(y_probs)
+        return (
+            w[:, 0] * _energy(h_xy, u, self.head_xy.weight[0], self.head_xy.bias)
+            + w[:, 1] * self.concept_energies(h_xc, c).sum(1)
+            + w[:, 2] * _energy(g0 + c @ g, u, self.head_cy.weight[0], self.head_cy.bias)
+        )
+
+    def minimise(
+        self, features: Tensor, logits: Tensor, y_logits: Tensor, fixed: Tensor, values: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Bounded batched gradient descent of the joint energy over ``(a, b)``, detached from the weights.
+
+        Starts from concept logits ``a = logits [B,m]`` and class logits ``b = y_logits [B,C]``; concepts at
+        ``fixed`` are held at ``values``. A row stops once no concept probability would move by more
+        than ``infer_tol`` (so a minimum is a fixed point); only unfinished rows are computed.
+        """
+        cfg = self.cfg
+        with torch.inference_mode(False), torch.no_grad():  # clones are normal tensors even under inference_mode
+            a_out, b_out = logits.detach().clone(), y_logits.detach().clone()
+            z = features.detach().clone()
+            affine = self._global_affine()
+            rows = torch.arange(len(z), device=z.device)
+            work = [self.proj_xy(z), self.proj_xc(z), fixed.clone(), values.detach().to(z.dtype).clone()]
+            work.append(self._weights(fixed.any(1)).to(z.dtype))
+            a, b = a_out.clone(), b_out.clone()
+            for _ in range(cfg.infer_steps):
+                h_xy, h_xc, fix, val, w = work
+                with torch.enable_grad():
+                    a.requires_grad_(True)
+                    b.requires_grad_(True)
+                    e_b = (b - b.detach().amax(1, keepdim=True)).exp()  # softmax spelt out: aten's is slow on
+                    y_probs = e_b / e_b.sum(1, keepdim=True)  # tiny CPU tensors under thread contention
+                    c = torch.where(fix, val, torch.sigmoid(a))
+                    energy = self.joint_energy(h_xy, h_xc, affine, c, y_probs, w)
+                    ga, gb = torch.autograd.grad(energy.sum(), (a, b))
+                a_new, b_new = a.detach() - cfg.infer_lr * ga, b.detach() - cfg.infer_lr * gb
+                moved = ((torch.sigmoid(a_new) - torch.sigmoid(a.detach())).abs().masked_fill(fix, 0).amax(1) > cfg.infer_tol)
+                a_out[rows[moved]], b_out[rows[moved]] = a_new[moved], b_new[moved]
+                if not bool(moved.all()):
+                    rows, work = rows[moved], [t[moved] for t in work]
+                    a_new, b_new = a_new[moved], b_new[moved]
+                if len(rows) == 0:
+                    break
+                a, b = a_new, b_new
+            return a_out, b_out
+
+    def _infer_state(self, state: ConceptState, y_logits: Tensor) -> ConceptState:
+        """Minimise from ``state`` (intervened concepts fixed) and return the new state."""
+        fixed = state.intervened
+        a, b = self.minimise(state.extras["features"], state.logits, y_logits, fixed, state.probs)
+        probs = torch.where(fixed, state.probs, torch.sigmoid(a))
+        extras = {**state.extras, "y_logits": b}
+        return ConceptState(logits=torch.where(fixed, state.logits, a), probs=probs, intervened=fixed, extras=extras)
+
+    # ------------------------------------------------------------------ contract
+    def encode(self, x: Tensor) -> ConceptState:
+        """Concepts inferred by joint-energy minimisation (training mode: the E_xc posterior only)."""
+        features = self.backbone(x)
+        _, h_xc = self._hidden(features)
+        logits = self.posterior_logits(h_xc)
+        state = ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
+        if self.training:
+            return state
+        return self._infer_state(state, logits.new_zeros(len(logits), self.n_classes))
+
+    def posterior_logits(self, h_xc: Tensor) -> Tensor:
+        """``log p(c_i=1|x) - log p(c_i=0|x) = E_i(x, 0) - E_i(x, 1)`` ``[B,m]`` from the concept energy."""
+        zeros = h_xc.new_zeros(len(h_xc), self.n_concepts)
+        return self.concept_energies(h_xc, zeros) - self.concept_energies(h_xc, torch.ones_like(zeros))
+
+    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
+        """Fix the masked concepts at ``values`` and re-minimise the rest (class relaxation reset)."""
+        self.check_intervention(state, mask, values)
+        values = values.to(state.probs)
+        fixed = state.intervened | mask
+        new = ConceptState(
+            logits=torch.where(mask, prob_to_logit(values), state.logits),
+            probs=torch.where(mask, values, state.probs),
+            intervened=fixed,
+            extras=dict(state.extras),
+        )
+        y0 = state.extras.get("y_logits", state.logits.new_zeros(state.batch_size, self.n_classes))
+        y0 = torch.where(mask.any(1, keepdim=True), torch.zeros_like(y0), y0)
+        return self._infer_state(new, y0)
+
+    def predict(self, state: ConceptState) -> Tensor:
+        """Re-minimise from ``state`` (a no-op at a minimum), then ``-(w_xy E_xy + w_cy E_cy)`` per class."""
+        y0 = state.extras.get("y_logits", state.logits.new_zeros(state.batch_size, self.n_classes))
+        state = self._infer_state(state, y0)
+        w = self._weights(state.intervened.any(1)).to(state.probs)
+        e_xy, e_cy = self.class_energies(state.extras["features"], state.probs)
+        return -(w[:, :1] * e_xy + w[:, 2:] * e_cy)
+
+    # ------------------------------------------------------------------ training
+    def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
+        """``-E_xy(x, y)``: the class loss ``E_xy(x, y) + logsumexp(-E_xy)`` is cross-entropy on it."""
+        h_xy, _ = self._hidden(state.extras["features"])
+        return -_energy(h_xy.unsqueeze(1), self._class_emb(), self.head_xy.weight[0], self.head_xy.bias)
+
+    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
+        """Concept energy loss summed over concepts, averaged over the batch (reference ``EBMLoss_concept``)."""
+        return F.binary_cross_entropy_with_logits(state.logits, c, reduction="none").sum(1).mean()
+
+    def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
+        """Global energy loss on the annotated concepts, a random subset of them flipped."""
+        if self.cfg.global_loss_weight <= 0:
+            return {}
+        c = batch["c"].to(state.probs)
+        flip = (torch.rand_like(c[:, :1]) < self.cfg.perturb_sample_prob) & (
+            torch.rand_like(c) < self.cfg.perturb_concept_prob
+        )
+        c = torch.where(flip, 1 - c, c)
+        g0, g = self._global_affine()
+        e_cy = _energy((g0 + c @ g).unsqueeze(1), self._class_emb(), self.head_cy.weight[0], self.head_cy.bias)
+        return {"global_loss": self.cfg.global_loss_weight * F.cross_entropy(-e_cy, batch["y"])}

@@ -1,0 +1,216 @@
+"""Probabilistic Concept Bottleneck Model (Kim et al., ICML 2023).
+
+Each concept ``i`` of an input is a Gaussian embedding ``N(mu_i, diag(sigma_i^2))`` in
+``R^d`` (``mu_i`` L2-normalised, paper Sec. 3.2). Its probability is the Monte-Carlo mean,
+over reparameterised samples ``z_i^s = mu_i + sigma_i * eps^s``, of a softmax over the
+distances to a learned negative and positive prototype ``a_i^-, a_i^+`` (Eq. 3):
+
+    p(c_i = 1 | z) = sigmoid(s * (||z - a_i^-|| - ||z - a_i^+||)),  s learned (init 5)
+
+The class predictor maps the concatenated samples ``[z_1^s .. z_m^s]`` linearly to a class
+space and scores classes by a softmax over scaled distances to learned class prototypes,
+averaged over samples (Eq. 5). A KL term to ``N(0, I)`` regularises the embeddings (Eq. 4,
+weight 5e-5). Uncertainties (Sec. 3.4): concept ``exp(mean_d log sigma_i^2)``; class
+``det(W Sigma W^T)^(1/r)`` over the ``r`` non-zero eigenvalues, ``W`` the class map.
+
+Determinism: inference draws its ``eps`` once, at build time, from a generator seeded by
+``mc_seed`` (a fixed buffer ``[S,m,d]`` shared by every input: common random numbers).
+The state stores ``mu`` and ``sigma`` (small, batch-first), and ``predict`` re-forms the
+samples from them, so it is a pure function of the state and an example's prediction does
+not depend on its batch. Training draws fresh ``eps`` every step (the global seeded RNG).
+
+Intervention replaces a concept's distribution by the point mass at the prototype of the
+given value (``sigma = 0``, ``mu = v a^+ + (1 - v) a^-``), so every sample is the prototype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cbm.models.base import Batch, ConceptModel, prob_to_logit, replace_concepts
+from cbm.models.config import ModelConfig
+from cbm.models.state import ConceptState
+
+#: Log-variance clip: the reference's upper bound 10, and a lower bound so sigma never underflows.
+LOGVAR_RANGE = (-20.0, 10.0)
+
+
+@dataclass
+class ProbCBMConfig(ModelConfig):
+    """ProbCBM knobs; defaults from the reference ``ejkim47/prob-cbm`` (configs/config_exp.yaml).
+
+    ``training`` follows the reference ``train_class_mode``: ``sequential`` (default) trains the
+    class predictor on detached concept samples, ``joint`` lets the class loss reach the encoder,
+    ``independent`` feeds it samples around the ground-truth prototypes.
+    """
+
+    name: str = "probcbm"
+    training: str = "sequential"
+    #: Dimension ``d`` of each concept embedding (reference ``hidden_dim``).
+    emb_size: int = 16
+    #: Dimension of the class embedding space (reference ``class_hidden_dim``).
+    class_emb_size: int = 128
+    n_samples_train: int = 50
+    #: Monte-Carlo samples at inference; 0 uses the mean embedding only.
+    n_samples_infer: int = 50
+    #: Seed of the fixed inference noise buffer.
+    mc_seed: int = 0
+    #: Initial value of the learned concept and class distance scales.
+    scale_init: float = 5.0
+    #: Weight of the KL(N(mu, sigma^2) || N(0, I)) regulariser (reference ``vib_beta``).
+    kl_weight: float = 5e-5
+    #: Training-time intervention: probability that a concept of a sample is replaced by its
+    #: ground-truth prototype in every MC draw (as a test-time intervention does).
+    train_intervention_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.emb_size, self.class_emb_size, self.n_samples_train) <= 0 or self.n_samples_infer < 0:
+            raise ValueError("model.emb_size, class_emb_size and n_samples_train must be > 0, n_samples_infer >= 0")
+        if self.scale_init <= 0 or self.kl_weight < 0:
+            raise ValueError("model.scale_init must be > 0 and model.kl_weight >= 0")
+        if not 0.0 <= self.train_intervention_prob <= 1.0:
+            raise ValueError(f"model.train_intervention_prob must be in [0, 1], got {self.train_intervention_prob}")
+
+
+class ProbCBM(ConceptModel):
+    """Gaussian concept embeddings, prototype matching, class prototypes over samples."""
+
+    config_cls = ProbCBMConfig
+    cfg: ProbCBMConfig
+
+    def build(self) -> None:
+        m, d, cfg = self.n_concepts, self.cfg.emb_size, self.cfg
+        self.mean_head = nn.Linear(self.backbone.out_dim, m * d)
+        self.logvar_head = nn.Linear(self.backbone.out_dim, m * d)
+        #: Concept prototypes ``[2,m,d]``: index 0 negative, 1 positive (reference ``use_neg_concept``).
+        self.prototypes = nn.Parameter(nn.init.trunc_normal_(torch.empty(2, m, d), std=d**-0.5))
+        self.concept_scale = nn.Parameter(torch.tensor(cfg.scale_init))
+        self.class_map = nn.Linear(m * d, cfg.class_emb_size)
+        self.class_prototypes = nn.Parameter(torch.randn(self.n_classes, cfg.class_emb_size))
+        self.class_scale = nn.Parameter(torch.tensor(cfg.scale_init))
+        gen = torch.Generator().manual_seed(cfg.mc_seed)
+        eps = torch.randn(cfg.n_samples_infer, m, d, generator=gen) if cfg.n_samples_infer else torch.zeros(1, m, d)
+        self.register_buffer("eps_infer", eps, persistent=False)
+
+    # ------------------------------------------------------------------ pieces
+    def concept_prototypes(self) -> Tensor:
+        """L2-normalised prototypes ``[2,m,d]`` (negative, positive)."""
+        return F.normalize(self.prototypes, dim=-1)
+
+    def distribution(self, features: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean (unit norm) and clipped log-variance ``[B,m,d]`` of each concept embedding."""
+        shape = (len(features), self.n_concepts, self.cfg.emb_size)
+        mean = F.normalize(self.mean_head(features).view(shape), dim=-1)
+        logvar = self.logvar_head(features).view(shape).clamp(*LOGVAR_RANGE)
+        return mean, logvar
+
+    @staticmethod
+    def sample(mean: Tensor, std: Tensor, eps: Tensor) -> Tensor:
+        """Reparameterised samples ``[B,S,m,d]`` from ``[B,m,d]`` moments and ``eps [B or 1,S,m,d]``."""
+        return mean.unsqueeze(1) + std.unsqueeze(1) * eps
+
+    def concept_probs(self, samples: Tensor) -> Tensor:
+        """MC mean ``[B,m]`` of the prototype-distance probability (Eq. 3)."""
+        protos = self.concept_prototypes()
+        dist = torch.sqrt((samples.unsqueeze(2) - protos).pow(2).sum(-1) + 1e-6)  # [B,S,2,m]
+        return torch.sigmoid(self.concept_scale * (dist[:, :, 0] - dist[:, :, 1])).mean(1)
+
+    def class_log_probs(self, samples: Tensor) -> Tensor:
+        """``log`` of the MC-mean class probability ``[B,C]`` (Eq. 5), usable as logits."""
+        z = samples * self.concept_keep.view(1, 1, -1, 1)  # alignment constraint
+        h = self.class_map(z.flatten(2))  # [B,S,H]
+        dist = torch.sqrt((h.unsqueeze(2) - self.class_prototypes).pow(2).mean(-1) + 1e-10)  # [B,S,C]
+        log_p = F.log_softmax(-self.class_scale * dist, dim=-1)
+        return torch.logsumexp(log_p, dim=1) - math.log(log_p.shape[1])
+
+    def class_uncertainty(self, std: Tensor) -> Tensor:
+        """``[B]`` geometric mean of the non-zero eigenvalues of ``W diag(sigma^2) W^T``.
+
+        Uses whichever Gram matrix is smaller (``W S^2 W^T`` or ``S W^T W S``: same non-zero
+        spectrum), so the cost is ``O(min(H, m d)^3)`` per example.
+        """
+        w = self.class_map.weight  # [H, m*d]
+        s = std.flatten(1) * self.concept_keep.repeat_interleave(self.cfg.emb_size)  # [B, m*d]
+        if w.shape[0] <= w.shape[1]:
+            gram = (w * s.pow(2).unsqueeze(1)) @ w.T
+        else:
+            gram = s.unsqueeze(2) * (w.T @ w) * s.unsqueeze(1)
+        eig = torch.linalg.eigvalsh(gram).clamp_min(0.0)
+        return (eig + 1e-10).log().mean(-1).exp()
+
+    # ------------------------------------------------------------------ contract
+    def encode(self, x: Tensor) -> ConceptState:
+        features = self.backbone(x)
+        mean, logvar = self.distribution(features)
+        std = torch.exp(0.5 * logvar)
+        if self.training:
+            eps = torch.randn(len(mean), self.cfg.n_samples_train, *mean.shape[1:], dtype=mean.dtype, device=mean.device)
+        else:
+            eps = self.eps_infer.unsqueeze(0)
+        samples = self.sample(mean, std, eps)
+        probs = self.concept_probs(samples)
+        extras = {"features": features, "mean": mean, "std": std}
+        if self.training:
+            extras["samples"] = samples  # fresh draws for the training losses only
+        else:
+            with torch.no_grad():
+                extras["class_uncertainty"] = self.class_uncertainty(std)
+        return ConceptState(
+            logits=prob_to_logit(probs), probs=probs, uncertainty=logvar.mean(-1).exp(), extras=extras
+        )
+
+    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
+        """Replace each masked concept's distribution by its value's prototype (a point mass)."""
+        self.check_intervention(state, mask, values)
+        new = replace_concepts(state, mask, values)
+        neg, pos = self.concept_prototypes()
+        v = values.to(state.probs).unsqueeze(-1)
+        m3 = mask.unsqueeze(-1)
+        new.extras["mean"] = torch.where(m3, v * pos + (1 - v) * neg, state.extras["mean"])
+        new.extras["std"] = torch.where(m3, torch.zeros_like(state.extras["std"]), state.extras["std"])
+        new.extras.pop("samples", None)
+        if "class_uncertainty" in state.extras:
+            with torch.no_grad():
+                new.extras["class_uncertainty"] = self.class_uncertainty(new.extras["std"])
+        return new
+
+    def predict(self, state: ConceptState) -> Tensor:
+        """Class log-probabilities from the fixed inference noise (deterministic)."""
+        ex = state.extras
+        return self.class_log_probs(self.sample(ex["mean"], ex["std"], self.eps_infer.unsqueeze(0)))
+
+    # ------------------------------------------------------------------ training
+    def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
+        """Class logits from the step's fresh samples, per the reference ``train_class_mode``."""
+        if "samples" not in state.extras:  # encoded in eval mode
+            return self.predict(state)
+        samples = state.extras["samples"]
+        c = batch["c"].to(samples)
+        neg, pos = self.concept_prototypes().detach()
+        gt = (c.unsqueeze(-1) * pos + (1 - c.unsqueeze(-1)) * neg).unsqueeze(1)  # [B,1,m,d]
+        if self.cfg.training == "independent":
+            eps = torch.randn_like(samples)
+            samples = self.sample(gt.squeeze(1), state.extras["std"].detach(), eps)
+        elif self.cfg.training == "sequential":
+            samples = samples.detach()
+        if self.cfg.train_intervention_prob > 0:
+            hit = torch.rand_like(c) < self.cfg.train_intervention_prob  # per sample and concept
+            samples = torch.where(hit[:, None, :, None], gt, samples)
+        return self.class_log_probs(samples)
+
+    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
+        """BCE on the MC-mean probabilities (reference ``MCBCELoss``)."""
+        return F.binary_cross_entropy(state.probs, c)
+
+    def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
+        if self.cfg.kl_weight <= 0:
+            return {}
+        mean, logvar = state.extras["mean"], 2 * state.extras["std"].log()
+        kl = -0.5 * (1 + logvar - mean.pow(2) - logvar.exp())
+        return {"kl_loss": self.cfg.kl_weight * kl.sum(-1).mean()}

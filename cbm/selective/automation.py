@@ -1,0 +1,286 @@
+"""The automation flow: decide the confident cases, rescue some abstained ones with a few concepts.
+
+For every example of a split, with the threshold ``tau`` calibrated beforehand:
+
+1. encode + predict; if ``score > tau`` the model decides (*automated*, cost 0);
+2. otherwise a policy picks ``S`` (``|S| <= k``) among the concepts, an intervener supplies
+   their values, the model re-predicts and the example is re-scored with the **same** ``tau``;
+3. if it is now confident it is *rescued* (automated, at cost ``cost(S)``); otherwise it is
+   *deferred* to a human (not automated, and the requested concepts are still paid for).
+
+Everything runs batch-wise on tensors: the abstained rows of a batch are gathered once per
+budget ``k`` and intervened on together (no Python loop over examples).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cbm.interventions.base import Intervener, Policy, apply_intervention
+from cbm.selective.abstention import confidence, predictions
+from cbm.selective.calibration import Calibration, calibrate
+from cbm.selective.metrics import (
+    aurc,
+    concept_costs,
+    excess_aurc,
+    net_work_automated,
+    request_cost,
+    risk_coverage_curve,
+    selective_summary,
+)
+
+Batch = dict[str, Tensor]
+
+#: Config names -> class names looked up in :mod:`cbm.interventions` (and its submodules).
+POLICIES = {
+    "random": "RandomPolicy",
+    "uncertainty": "UncertaintyPolicy",
+    "responsiveness": "ResponsivenessPolicy",
+}
+INTERVENERS = {"oracle": "OracleIntervener", "expert": "ExpertIntervener"}
+
+
+# ----------------------------------------------------------------------------- scoring
+@dataclass
+class Scored:
+    """Per-example confidence scores, predictions and labels of one split."""
+
+    scores: np.ndarray
+    preds: np.ndarray
+    y: np.ndarray
+
+    @property
+    def correct(self) -> np.ndarray:
+        return self.preds == self.y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def _to_device(batch: Mapping[str, Any], device) -> Batch:
+    return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+@torch.no_grad()
+def score_split(model, batches: Iterable[Batch], score: str = "probability") -> Scored:
+    """Confidence scores and predictions of ``model`` on every example of ``batches``."""
+    model.eval()
+    scores, preds, ys = [], [], []
+    for batch in batches:
+        batch = _to_device(batch, model.device)
+        state = model.encode(batch["x"])
+        logits = model.predict(state)
+        scores.append(confidence(model, state, logits, score).double().cpu())
+        preds.append(predictions(logits).cpu())
+        ys.append(batch["y"].cpu())
+    if not scores:
+        return Scored(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    return Scored(torch.cat(scores).numpy(), torch.cat(preds).numpy(), torch.cat(ys).numpy())
+
+
+def calibrate_model(
+    model,
+    calib_batches: Iterable[Batch],
+    target_accuracy: float = 0.95,
+    method: str = "ltt",
+    delta: float = 0.1,
+    score: str = "probability",
+) -> tuple[Calibration, Scored]:
+    """Choose ``tau`` on the calibration split (and only there)."""
+    cal = score_split(model, calib_batches, score)
+    return calibrate(cal.scores, cal.correct, target_accuracy, method, delta), cal
+
+
+# ----------------------------------------------------------------------------- flow
+@dataclass
+class AutomationOutcome:
+    """Per-example outcome of the flow at one budget ``k`` (all arrays ``[n]``)."""
+
+    k: int
+    tau: float
+    accepted_before: np.ndarray
+    automated: np.ndarray
+    correct_before: np.ndarray
+    correct_final: np.ndarray
+    score_final: np.ndarray
+    n_requested: np.ndarray
+    cost_uniform: np.ndarray
+    cost_weighted: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.automated)
+
+    def summary(self, target_accuracy: float | None = None) -> dict[str, Any]:
+        """Coverage before/after, selective accuracy, rescued/deferred fractions, NWA, AURC."""
+        before = selective_summary(self.accepted_before, self.correct_before)
+        after = selective_summary(self.automated, self.correct_final)
+        abstained = ~self.accepted_before
+        rescued = abstained & self.automated
+        deferred = abstained & ~self.automated
+        out: dict[str, Any] = {
+            "k": self.k,
+            "tau": self.tau,
+            "n": self.n,
+            "coverage_before": before["coverage"],
+            "selective_acc_before": before["selective_accuracy"],
+            "rescued": float(rescued.mean()),
+            "deferred": float(deferred.mean()),
+            "coverage": after["coverage"],
+            "selective_acc": after["selective_accuracy"],
+            "rescued_acc": float(self.correct_final[rescued].mean()) if rescued.any() else None,
+            "mean_requested": float(self.n_requested.mean()),
+            "mean_cost_uniform": float(self.cost_uniform.mean()),
+            "mean_cost": float(self.cost_weighted.mean()),
+            "nwa": net_work_automated(self.automated, self.cost_uniform),
+            "nwa_cost": net_work_automated(self.automated, self.cost_weighted),
+            "aurc": aurc(self.score_final, self.correct_final),
+            "eaurc": excess_aurc(self.score_final, self.correct_final),
+        }
+        if target_accuracy is not None and out["selective_acc"] is not None:
+            out["meets_target"] = bool(out["selective_acc"] >= target_accuracy)
+        if not self.automated.any():
+            out["note"] = (
+                f"all {self.n} examples abstained or were deferred at tau={self.tau:.6g}: "
+                "selective accuracy is undefined"
+            )
+        return out
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """Risk–coverage curve of the final scores (abstained rows scored after their intervention)."""
+        cov, risk, _ = risk_coverage_curve(self.score_final, self.correct_final)
+        return cov, risk
+
+
+def _rows(batch: Batch, idx: Tensor, n: int) -> Batch:
+    return {
+        k: v[idx] if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == n else v
+        for k, v in batch.items()
+    }
+
+
+@torch.no_grad()
+def run_automation(
+    model,
+    batches: Iterable[Batch],
+    tau: float,
+    ks: Sequence[int],
+    policy_factory: Callable[[], Policy],
+    intervener: Intervener,
+    score: str = "probability",
+    costs: Tensor | None = None,
+) -> dict[int, AutomationOutcome]:
+    """Run the flow for every budget in ``ks`` on ``batches`` (encoded once per batch).
+
+    ``policy_factory`` makes a fresh policy per ``k`` so results do not depend on the order of
+    ``ks``; ``costs`` are normalised per-concept costs (:func:`~cbm.selective.metrics.concept_costs`),
+    uniform when ``None``.
+    """
+    model.eval()
+    m = model.n_concepts
+    for k in ks:
+        if k < 0 or k > m:
+            raise ValueError(f"intervention budget k={k} is outside [0, {m}] (the model has {m} concepts)")
+    w_uniform = concept_costs([str(i) for i in range(m)])
+    w = w_uniform if costs is None else costs.to(torch.float64)
+    if w.shape != (m,):
+        raise ValueError(f"costs must have one entry per concept ({m}), got shape {tuple(w.shape)}")
+    policies = {k: policy_factory() for k in ks}
+    parts: dict[int, dict[str, list[Tensor]]] = {k: {} for k in ks}
+
+    def add(k: int, **cols: Tensor) -> None:
+        for name, v in cols.items():
+            parts[k].setdefault(name, []).append(v.detach().cpu())
+
+    for batch in batches:
+        batch = _to_device(batch, model.device)
+        n = len(batch["y"])
+        state = model.encode(batch["x"])
+        logits = model.predict(state)
+        s0 = confidence(model, state, logits, score).double()
+        pred0 = predictions(logits)
+        acc0 = s0 > tau
+        idx = torch.nonzero(~acc0).flatten()
+        sub_state = state.index(idx) if idx.numel() else None
+        sub_batch = _rows(batch, idx, n) if idx.numel() else None
+        for k in ks:
+            score_f, pred_f, automated = s0.clone(), pred0.clone(), acc0.clone()
+            n_req = torch.zeros(n, dtype=torch.long, device=s0.device)
+            cost_u = torch.zeros(n, dtype=torch.float64, device=s0.device)
+            cost_w = torch.zeros(n, dtype=torch.float64, device=s0.device)
+            if k > 0 and sub_state is not None:
+                new_state, mask = apply_intervention(model, sub_state, sub_batch, policies[k], intervener, k)
+                if mask.any():
+                    new_logits = model.predict(new_state)
+                    s1 = confidence(model, new_state, new_logits, score).double()
+                    score_f[idx] = s1
+                    pred_f[idx] = predictions(new_logits)
+                    automated[idx] = s1 > tau
+                    n_req[idx] = mask.sum(dim=1)
+                    cost_u[idx] = request_cost(mask, w_uniform)
+                    cost_w[idx] = request_cost(mask, w)
+            add(
+                k,
+                accepted_before=acc0,
+                automated=automated,
+                correct_before=pred0 == batch["y"],
+                correct_final=pred_f == batch["y"],
+                score_final=score_f,
+                n_requested=n_req,
+                cost_uniform=cost_u,
+                cost_weighted=cost_w,
+            )
+    out = {}
+    for k in ks:
+        if not parts[k]:
+            raise ValueError("no test examples to automate (the split is empty)")
+        cols = {name: torch.cat(v).numpy() for name, v in parts[k].items()}
+        out[k] = AutomationOutcome(k=k, tau=float(tau), **cols)
+    return out
+
+
+# ----------------------------------------------------------------------------- policies / interveners
+def _find_class(name: str, kind: str, table: dict[str, str]) -> type:
+    if name not in table:
+        raise ValueError(f"{kind} must be one of {sorted(table)}, got '{name}'")
+    cls_name = table[name]
+    pkg = importlib.import_module("cbm.interventions")
+    if hasattr(pkg, cls_name):
+        return getattr(pkg, cls_name)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        mod = importlib.import_module(f"cbm.interventions.{info.name}")
+        if hasattr(mod, cls_name):
+            return getattr(mod, cls_name)
+    raise ValueError(f"{kind} '{name}' is not available: cbm.interventions has no {cls_name}")
+
+
+def _construct(cls: type, seed: int, kwargs: Mapping[str, Any]) -> Any:
+    params = inspect.signature(cls).parameters
+    kw = dict(kwargs)
+    if "seed" in params and "seed" not in kw:
+        kw["seed"] = seed
+    try:
+        return cls(**kw)
+    except TypeError as err:
+        raise ValueError(f"cannot build {cls.__name__} with arguments {sorted(kw)}: {err}") from None
+
+
+def policy_factory(name: str, seed: int = 0, **kwargs: Any) -> Callable[[], Policy]:
+    """A maker of fresh, identically seeded policies ``random | uncertainty | responsiveness``."""
+    cls = _find_class(name, "policy", POLICIES)
+    _construct(cls, seed, kwargs)  # fail now, not inside the flow
+    return lambda: _construct(cls, seed, kwargs)
+
+
+def make_intervener(name: str, seed: int = 0, **kwargs: Any) -> Intervener:
+    """The intervener ``oracle | expert`` (``kwargs``: e.g. the expert's accuracy)."""
+    return _construct(_find_class(name, "intervener", INTERVENERS), seed, kwargs)

@@ -1,0 +1,120 @@
+"""Selective-prediction and automation value metrics.
+
+* coverage = fraction of examples the model decides; selective accuracy = accuracy on those.
+  When nothing is decided the selective accuracy is **undefined** and reported as ``None``
+  (never a silent ``0/0``).
+* risk–coverage curve: for every distinct threshold, (coverage, selective risk); AURC is the
+  area under it in the usual per-example form ``1/n * sum_k risk(top-k)`` with ties kept
+  together; E-AURC subtracts the AURC of a perfect ranking (Geifman et al., 2019).
+* NetWorkAutomated (NWA) = ``E[automated] - E[cost(S(x))]`` where ``cost(S) = sum_{j in S} w_j``
+  with concept costs ``w`` normalised so that asking for every concept (a full human review)
+  costs 1. Uniform costs ``w_j = 1/m`` give the seed's ``E[f(x) != abstain] - E[|S(x)|/m]``.
+  Every requested concept is paid for, whether or not the example ends up automated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from cbm.selective.calibration import check_inputs, cut_table
+
+
+def selective_summary(accepted, correct) -> dict[str, float | int | None]:
+    """``n``, ``n_accepted``, ``coverage`` and ``selective_accuracy`` (``None`` if nothing accepted)."""
+    a = np.asarray(accepted, dtype=bool).reshape(-1)
+    c = np.asarray(correct, dtype=bool).reshape(-1)
+    if a.shape != c.shape:
+        raise ValueError("accepted and correct must have the same length")
+    if a.size == 0:
+        raise ValueError("no examples: coverage and selective accuracy are undefined")
+    n_acc = int(a.sum())
+    return {
+        "n": int(a.size),
+        "n_accepted": n_acc,
+        "coverage": n_acc / a.size,
+        "selective_accuracy": float(c[a].mean()) if n_acc else None,
+    }
+
+
+def risk_coverage_curve(scores, correct) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(coverage, risk, tau)`` at every distinct threshold, from the smallest non-zero coverage
+    to full coverage (the empty selection, whose risk is undefined, is left out)."""
+    s, c = check_inputs(scores, correct)
+    if s.size == 0:
+        raise ValueError("no examples: the risk-coverage curve is undefined")
+    tau, n_acc, n_cor = cut_table(s, c)
+    tau, n_acc, n_cor = tau[1:], n_acc[1:], n_cor[1:]
+    return n_acc / s.size, 1.0 - n_cor / n_acc, tau
+
+
+def aurc(scores, correct) -> float:
+    """Area under the risk–coverage curve, ``1/n * sum_k risk(top-k)`` (tie groups share their risk)."""
+    s, c = check_inputs(scores, correct)
+    if s.size == 0:
+        raise ValueError("no examples: AURC is undefined")
+    _, n_acc, n_cor = cut_table(s, c)
+    risk = 1.0 - n_cor[1:] / n_acc[1:]
+    return float(np.sum(risk * np.diff(n_acc)) / s.size)
+
+
+def optimal_aurc(correct) -> float:
+    """AURC of a perfect ranking (all correct examples first)."""
+    c = np.asarray(correct, dtype=bool).reshape(-1)
+    n, n_right = c.size, int(c.sum())
+    if n == 0:
+        raise ValueError("no examples: AURC is undefined")
+    k = np.arange(1, n + 1)
+    return float(np.sum(np.maximum(0, k - n_right) / k) / n)
+
+
+def excess_aurc(scores, correct) -> float:
+    """E-AURC = AURC - AURC of a perfect ranking of the same predictions."""
+    return aurc(scores, correct) - optimal_aurc(correct)
+
+
+# ----------------------------------------------------------------------------- costs and NWA
+def concept_costs(concept_names: Sequence[str], costs: Mapping[str, float] | None = None) -> Tensor:
+    """Per-concept costs ``[m]`` normalised so that a full review (every concept) costs 1.
+
+    ``costs=None``: uniform ``1/m``. A mapping gives a non-negative cost per concept name in
+    any unit; concepts it leaves out cost 1 in that unit; then everything is divided by the
+    total. Unknown names and all-zero costs are errors.
+    """
+    names = list(concept_names)
+    m = len(names)
+    if m == 0:
+        return torch.zeros(0, dtype=torch.float64)
+    if costs is None:
+        return torch.full((m,), 1.0 / m, dtype=torch.float64)
+    unknown = sorted(set(costs) - set(names))
+    if unknown:
+        raise ValueError(f"costs: unknown concept(s) {unknown}; the model's concepts are {names}")
+    raw = torch.tensor([float(costs.get(n, 1.0)) for n in names], dtype=torch.float64)
+    if (raw < 0).any() or not torch.isfinite(raw).all():
+        raise ValueError("costs: concept costs must be finite and >= 0")
+    total = float(raw.sum())
+    if total <= 0:
+        raise ValueError("costs: at least one concept must have a positive cost")
+    return raw / total
+
+
+def request_cost(mask: Tensor, costs: Tensor) -> Tensor:
+    """Cost ``[B]`` of the requested concepts ``mask [B,m]`` under normalised ``costs [m]``."""
+    return mask.to(torch.float64) @ costs.to(mask.device, torch.float64)
+
+
+def net_work_automated(automated, cost) -> float:
+    """``mean(automated) - mean(cost)``: ``automated[i]`` whether example ``i`` was decided by
+    the model (before or after its intervention), ``cost[i]`` what its requests cost
+    (``|S(x)|/m`` for uniform costs; 0 for examples nobody was asked about)."""
+    a = np.asarray(automated, dtype=np.float64).reshape(-1)
+    c = np.asarray(cost, dtype=np.float64).reshape(-1)
+    if a.shape != c.shape:
+        raise ValueError("automated and cost must have the same length")
+    if a.size == 0:
+        raise ValueError("no examples: NetWorkAutomated is undefined")
+    return float(a.mean() - c.mean())

@@ -1,0 +1,79 @@
+"""Risk–coverage plot of the automation flow (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def plot_risk_coverage(
+    curves: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    path: str | Path,
+    target_accuracy: float | None = None,
+    points: Sequence[tuple[str, float, float]] = (),
+    title: str = "Risk-coverage",
+) -> Path:
+    """Save one risk–coverage curve per entry of ``curves`` (label -> (coverage, risk)).
+
+    ``points``: operating points ``(curve label, coverage, risk)`` drawn as markers in their
+    curve's colour (the calibrated ``tau`` per budget; ``risk=None`` is skipped);
+    ``target_accuracy`` draws the risk target ``1 - target`` as a line.
+    The file is written atomically.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    try:
+        colors = {}
+        for label, (cov, risk) in curves.items():
+            first = risk[0] if len(risk) else 0.0
+            (line,) = ax.step(
+                np.concatenate([[0.0], cov]), np.concatenate([[first], risk]), where="pre", label=label
+            )
+            colors[label] = line.get_color()
+        marked = False
+        for label, cov, risk in points:
+            if risk is None:
+                continue
+            ax.plot(
+                [cov],
+                [risk],
+                "o",
+                ms=7,
+                mec="black",
+                color=colors.get(label, "black"),
+                label=None if marked else "operating point at tau",
+            )
+            marked = True
+        if target_accuracy is not None:
+            ax.axhline(
+                1.0 - target_accuracy,
+                color="grey",
+                ls="--",
+                lw=1,
+                label=f"target risk {1 - target_accuracy:.2%}",
+            )
+        ax.set_xlabel("coverage")
+        ax.set_ylabel("selective risk")
+        ax.set_xlim(0.0, 1.0)
+        ax.set_ylim(bottom=0.0)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
+        os.close(fd)
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""Lightning wiring: trainer, loggers, callbacks, checkpoint loading."""

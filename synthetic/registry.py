@@ -1,0 +1,47 @@
+"""``data.name`` -> generator package; builds typed configs and (cached) datasets."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cbm.config import ConfigError, to_dataclass
+from synthetic.base import SyntheticData
+from synthetic.cache import config_hash
+
+#: data.name -> (module, config class). Each module exposes ``load(cfg, cache_dir)``.
+DATASETS: dict[str, tuple[str, str]] = {
+    "robot": ("synthetic.robot", "RobotConfig"),
+    "sudoku": ("synthetic.sudoku", "SudokuConfig"),
+}
+
+
+def data_config(cfg: dict[str, Any]) -> Any:
+    """Validate a ``data`` config mapping into its generator's dataclass."""
+    name = cfg.get("name") if hasattr(cfg, "get") else None
+    if name not in DATASETS:
+        raise ConfigError(f"data.name must be one of {sorted(DATASETS)}, got '{name}'")
+    module, cls = DATASETS[name]
+    return to_dataclass(getattr(importlib.import_module(module), cls), cfg, "data")
+
+
+def load_data(cfg: Any, cache_dir: str | Path | None) -> SyntheticData:
+    """Generate (or read from the cache) the dataset of a validated config."""
+    module = importlib.import_module(DATASETS[cfg.name][0])
+    return module.load(cfg, cache_dir)
+
+
+def data_info(data: SyntheticData, cfg: Any) -> dict[str, Any]:
+    """The :class:`~cbm.models.config.DataInfo` fields a model is built from."""
+    in_shape = [data.x.shape[3], data.x.shape[1], data.x.shape[2]] if data.modality == "image" else list(data.x.shape[1:])
+    return {
+        "dataset": cfg.name,
+        "modality": data.modality,
+        "in_shape": in_shape,
+        "concept_names": list(data.concept_names),
+        "class_names": list(data.class_names),
+        "vocab_size": len(data.info.get("vocab", [])),
+        "data_hash": config_hash(asdict(cfg)),
+    }

@@ -1,0 +1,220 @@
+"""Concept sets declared as data, and the small safe expression evaluator behind them.
+
+A concept set is a YAML file (see ``concept_sets/``)::
+
+    name: true
+    description: ...
+    concepts:
+      - name: knees
+        description: the robot has knee joints
+        expr: knees
+
+``expr`` is a Python-syntax expression over the attribute names of
+:data:`~synthetic.robot.attributes.EXPRESSION_NAMES`, evaluated vectorised over
+numpy arrays by :func:`evaluate`. Allowed: integer/float/bool constants, names,
+``+ - * / // %``, unary ``-``, comparisons (also chained), ``in`` / ``not in`` a
+tuple or list of constants, logical ``& | ^ ~`` (and ``and or not``, which act
+element-wise), and the functions ``abs``, ``minimum``, ``maximum``, ``where``.
+Anything else (attribute access, subscripts, other calls, lambdas ...) is
+rejected when the set is loaded, not when it is used.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from synthetic.robot.attributes import EXPRESSION_NAMES
+
+CONCEPT_SET_DIR = Path(__file__).parent / "concept_sets"
+#: Built-in concept sets, selected by ``RobotConfig.concept_set``.
+BUILTIN_SETS: tuple[str, ...] = ("true", "fine", "llm")
+
+_BINOPS = {
+    ast.Add: np.add,
+    ast.Sub: np.subtract,
+    ast.Mult: np.multiply,
+    ast.Div: np.true_divide,
+    ast.FloorDiv: np.floor_divide,
+    ast.Mod: np.mod,
+    ast.BitAnd: lambda a, b: np.logical_and(a, b),
+    ast.BitOr: lambda a, b: np.logical_or(a, b),
+    ast.BitXor: lambda a, b: np.logical_xor(a, b),
+}
+_CMPOPS = {
+    ast.Eq: np.equal,
+    ast.NotEq: np.not_equal,
+    ast.Lt: np.less,
+    ast.LtE: np.less_equal,
+    ast.Gt: np.greater,
+    ast.GtE: np.greater_equal,
+}
+_FUNCS = {"abs": np.abs, "minimum": np.minimum, "maximum": np.maximum, "where": np.where}
+
+
+class ExpressionError(ValueError):
+    """An expression uses syntax or names the evaluator does not allow."""
+
+
+def _constants(node: ast.AST, expr: str) -> list:
+    if not isinstance(node, ast.Tuple | ast.List):
+        raise ExpressionError(f"'in' needs a tuple or list of constants in {expr!r}")
+    vals = []
+    for elt in node.elts:
+        if not isinstance(elt, ast.Constant) or not isinstance(elt.value, int | float | bool):
+            raise ExpressionError(f"'in' needs numeric constants in {expr!r}")
+        vals.append(elt.value)
+    return vals
+
+
+def _eval(node: ast.AST, env: dict[str, np.ndarray], expr: str):
+    if isinstance(node, ast.Expression):
+        return _eval(node.body, env, expr)
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool | int | float):
+            return node.value
+        raise ExpressionError(f"only numeric constants are allowed in {expr!r}")
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise ExpressionError(f"unknown name '{node.id}' in {expr!r}; known names: {sorted(env)}")
+        return env[node.id]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_eval(node.left, env, expr), _eval(node.right, env, expr))
+    if isinstance(node, ast.UnaryOp):
+        val = _eval(node.operand, env, expr)
+        if isinstance(node.op, ast.Invert | ast.Not):
+            return np.logical_not(val)
+        if isinstance(node.op, ast.USub):
+            return np.negative(val)
+        if isinstance(node.op, ast.UAdd):
+            return val
+    if isinstance(node, ast.BoolOp):
+        vals = [_eval(v, env, expr) for v in node.values]
+        fn = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        out = vals[0]
+        for v in vals[1:]:
+            out = fn(out, v)
+        return out
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env, expr)
+        result = None
+        for op, comp in zip(node.ops, node.comparators):
+            if isinstance(op, ast.In | ast.NotIn):
+                part = np.isin(left, _constants(comp, expr))
+                if isinstance(op, ast.NotIn):
+                    part = np.logical_not(part)
+                right = None
+            elif type(op) in _CMPOPS:
+                right = _eval(comp, env, expr)
+                part = _CMPOPS[type(op)](left, right)
+            else:
+                raise ExpressionError(f"comparison {type(op).__name__} not allowed in {expr!r}")
+            result = part if result is None else np.logical_and(result, part)
+            left = right
+        return result
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords:
+        return _FUNCS[node.func.id](*[_eval(a, env, expr) for a in node.args])
+    raise ExpressionError(f"syntax '{type(node).__name__}' is not allowed in {expr!r}")
+
+
+@lru_cache(maxsize=256)
+def _parse(expr: str) -> ast.Expression:
+    try:
+        return ast.parse(expr, mode="eval")
+    except SyntaxError as err:
+        raise ExpressionError(f"cannot parse expression {expr!r}: {err.msg}") from None
+
+
+def evaluate(expr: str, env: dict[str, np.ndarray]) -> np.ndarray:
+    """Evaluate ``expr`` element-wise over the equal-length arrays in ``env``.
+
+    >>> import numpy as np
+    >>> evaluate("(arm_left >= 3) & elbows", {"arm_left": np.array([4, 1]), "elbows": np.array([1, 1])})
+    array([ True, False])
+    """
+    n = len(next(iter(env.values()))) if env else 1
+    return np.broadcast_to(np.asarray(_eval(_parse(expr), env, expr)), (n,))
+
+
+def check_expression(expr: str, names: list[str] | None = None) -> None:
+    """Raise :class:`ExpressionError` unless ``expr`` evaluates over ``names`` (default: all attributes)."""
+    names = EXPRESSION_NAMES if names is None else names
+    evaluate(expr, {name: np.zeros(2, dtype=np.int64) for name in names})
+
+
+@dataclass(frozen=True)
+class Concept:
+    name: str
+    description: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class ConceptSet:
+    name: str
+    description: str
+    concepts: tuple[Concept, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.concepts]
+
+    def __len__(self) -> int:
+        return len(self.concepts)
+
+    def evaluate(self, table: dict[str, np.ndarray]) -> np.ndarray:
+        """``float32 [N, m]`` 0/1 concept matrix from an attribute table."""
+        cols = [evaluate(c.expr, table).astype(bool) for c in self.concepts]
+        return np.stack(cols, axis=1).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "concepts": [{"name": c.name, "description": c.description, "expr": c.expr} for c in self.concepts],
+        }
+
+
+def concept_set_path(name_or_path: str) -> Path:
+    """Path of a built-in set name or of a user ``.yaml`` file."""
+    if name_or_path in BUILTIN_SETS:
+        return CONCEPT_SET_DIR / f"{name_or_path}.yaml"
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    raise ValueError(
+        f"unknown concept_set '{name_or_path}'; expected one of {list(BUILTIN_SETS)} or a path to a .yaml file"
+    )
+
+
+def load_concept_set(name_or_path: str) -> ConceptSet:
+    """Load and validate a concept set (built-in name or YAML path)."""
+    path = concept_set_path(name_or_path)
+    return _load(str(path.resolve()), path.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _load(path: str, _mtime: int) -> ConceptSet:
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    where = f"concept set {path}"
+    if not isinstance(doc, dict) or not isinstance(doc.get("concepts"), list) or not doc["concepts"]:
+        raise ValueError(f"{where}: expected a mapping with a non-empty 'concepts' list")
+    concepts = []
+    for i, item in enumerate(doc["concepts"]):
+        if not isinstance(item, dict) or not {"name", "expr"} <= set(item):
+            raise ValueError(f"{where}: concept #{i} needs 'name' and 'expr'")
+        try:
+            check_expression(str(item["expr"]))
+        except ExpressionError as err:
+            raise ValueError(f"{where}: concept '{item['name']}': {err}") from None
+        concepts.append(Concept(str(item["name"]), str(item.get("description", "")), str(item["expr"])))
+    names = [c.name for c in concepts]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: duplicate concept names")
+    return ConceptSet(str(doc.get("name", Path(path).stem)), str(doc.get("description", "")), tuple(concepts))

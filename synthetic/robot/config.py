@@ -1,0 +1,211 @@
+"""Typed configuration of the robot generator (mirrors ``conf/data/robot.yaml``).
+
+Every value is checked in ``__post_init__``; a bad value raises one
+``ValueError`` naming the field, e.g.
+``RobotConfig.concept_set: unknown concept_set 'foo'; expected one of [...]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from synthetic.robot.attributes import EXPRESSION_NAMES, MAX_SHIFT, MAX_TINT
+from synthetic.robot.concepts import load_concept_set
+from synthetic.robot.renderer import PART_NAMES
+
+MODALITIES = ("image", "tabular", "text")
+
+
+def _fail(where: str, msg: str) -> None:
+    raise ValueError(f"{where}: {msg}")
+
+
+def _plain(obj: Any) -> Any:
+    """OmegaConf containers -> plain Python (no-op for plain objects)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover
+        return obj
+    if isinstance(obj, DictConfig | ListConfig):
+        return OmegaConf.to_container(obj, resolve=True)
+    return obj
+
+
+def _number(where: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        _fail(where, f"expected a finite number, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        _fail(where, f"must be in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def _integer(where: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(where, f"expected an integer, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        _fail(where, f"must be {bounds}, got {value!r}")
+    return int(value)
+
+
+def _boolean(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        _fail(where, f"expected true or false, got {value!r}")
+    return value
+
+
+@dataclass
+class LabelConfig:
+    """``Pr(Glorp | c) = sigmoid(scale * (sum_k weights[k] * attr_k + bias))``.
+
+    ``weights`` maps attribute names (``EXPRESSION_NAMES``, e.g. ``mouth_closed``,
+    ``foot_pointy``, ``knees``) to coefficients.
+    """
+
+    weights: dict[str, float] = field(
+        default_factory=lambda: {"mouth_closed": 5.0, "foot_pointy": 8.0, "knees": -5.0}
+    )
+    bias: float = 2.0
+    scale: float = 4.2
+
+    def __post_init__(self) -> None:
+        weights = _plain(self.weights)
+        if not isinstance(weights, Mapping):
+            _fail("RobotConfig.label.weights", f"expected a mapping attribute -> coefficient, got {weights!r}")
+        unknown = sorted(set(weights) - set(EXPRESSION_NAMES))
+        if unknown:
+            _fail("RobotConfig.label.weights", f"unknown attribute(s) {unknown}; expected names from {EXPRESSION_NAMES}")
+        self.weights = {str(k): _number(f"RobotConfig.label.weights.{k}", v) for k, v in weights.items()}
+        self.bias = _number("RobotConfig.label.bias", self.bias)
+        self.scale = _number("RobotConfig.label.scale", self.scale)
+
+
+@dataclass
+class NuisanceConfig:
+    """Nuisance variation of the renders (stored in ``meta``)."""
+
+    #: largest translation, in units of 1/32 of the image side (0..4)
+    max_shift: int = 2
+    #: draw each arm at a random angle (else both horizontal)
+    arm_angle: bool = True
+    #: random stance width (else the second narrowest)
+    leg_spread: bool = True
+    #: random colour scheme out of 8 (else always "blue")
+    palette: bool = True
+    #: largest per-channel colour jitter added to the robot's colours (0..64)
+    jitter: int = 16
+
+    def __post_init__(self) -> None:
+        self.max_shift = _integer("RobotConfig.nuisance.max_shift", self.max_shift, 0, MAX_SHIFT)
+        self.arm_angle = _boolean("RobotConfig.nuisance.arm_angle", self.arm_angle)
+        self.leg_spread = _boolean("RobotConfig.nuisance.leg_spread", self.leg_spread)
+        self.palette = _boolean("RobotConfig.nuisance.palette", self.palette)
+        self.jitter = _integer("RobotConfig.nuisance.jitter", self.jitter, 0, MAX_TINT)
+
+
+@dataclass
+class RobotConfig:
+    """Configuration of the Glorp/Drent robot benchmark.
+
+    Split sizes count sampled robots; every robot appears ``renders_per_robot``
+    times (independent nuisance, same split), so a split has
+    ``size * renders_per_robot`` rows. ``n_train`` includes the validation part
+    (``val_fraction`` of it).
+    """
+
+    name: str = "robot"
+    seed: int = 0
+    #: "image" (uint8 [N,H,W,3]), "tabular" (float32 [N,25]) or "text" (int64 token ids [N,L])
+    modality: str = "image"
+    image_size: int = 32
+    #: Gaussian blur sigma in pixels (0 = none)
+    blur: float = 0.0
+    #: part names hidden under a grey box (see synthetic.robot.renderer.PART_NAMES)
+    occlude: list[str] = field(default_factory=list)
+    #: "true", "fine", "llm" or a path to a concept-set YAML file
+    concept_set: str = "true"
+    #: annotation flip rate in [0, 0.5]: one float for all concepts or {concept name: rate}
+    #: (typed ``Any`` because OmegaConf structured configs cannot hold a float-or-dict union)
+    concept_noise: Any = 0.0
+    n_train: int = 3800
+    val_fraction: float = 0.2
+    n_calib: int = 2000
+    n_test: int = 10000
+    renders_per_robot: int = 1
+    #: text modality: shuffle the order of the feature clauses per sample
+    text_shuffle: bool = True
+    label: LabelConfig = field(default_factory=LabelConfig)
+    nuisance: NuisanceConfig = field(default_factory=NuisanceConfig)
+
+    def __post_init__(self) -> None:
+        if self.name != "robot":
+            _fail("RobotConfig.name", f"must be 'robot', got {self.name!r}")
+        self.seed = _integer("RobotConfig.seed", self.seed, 0)
+        if self.modality not in MODALITIES:
+            _fail("RobotConfig.modality", f"unknown modality {self.modality!r}; expected one of {list(MODALITIES)}")
+        self.image_size = _integer("RobotConfig.image_size", self.image_size, 8, 1024)
+        self.blur = _number("RobotConfig.blur", self.blur, 0.0, float(self.image_size))
+        occlude = _plain(self.occlude)
+        if isinstance(occlude, str) or not isinstance(occlude, list | tuple):
+            _fail("RobotConfig.occlude", f"expected a list of part names, got {occlude!r}")
+        unknown = sorted({str(p) for p in occlude} - set(PART_NAMES))
+        if unknown:
+            _fail("RobotConfig.occlude", f"unknown part(s) {unknown}; expected names from {PART_NAMES}")
+        self.occlude = [str(p) for p in occlude]
+        try:
+            concepts = load_concept_set(str(self.concept_set))
+        except ValueError as err:
+            _fail("RobotConfig.concept_set", str(err))
+        self.concept_set = str(self.concept_set)
+        noise = _plain(self.concept_noise)
+        if isinstance(noise, Mapping):
+            unknown = sorted(set(noise) - set(concepts.names))
+            if unknown:
+                _fail("RobotConfig.concept_noise", f"unknown concept(s) {unknown}; concept set '{self.concept_set}' has {concepts.names}")
+            self.concept_noise = {str(k): _number(f"RobotConfig.concept_noise.{k}", v, 0.0, 0.5) for k, v in noise.items()}
+        else:
+            self.concept_noise = _number("RobotConfig.concept_noise", noise, 0.0, 0.5)
+        for name in ("n_train", "n_calib", "n_test"):
+            setattr(self, name, _integer(f"RobotConfig.{name}", getattr(self, name), 0))
+        self.val_fraction = _number("RobotConfig.val_fraction", self.val_fraction, 0.0, 1.0)
+        self.renders_per_robot = _integer("RobotConfig.renders_per_robot", self.renders_per_robot, 1)
+        self.text_shuffle = _boolean("RobotConfig.text_shuffle", self.text_shuffle)
+        for name, cls in (("label", LabelConfig), ("nuisance", NuisanceConfig)):
+            value = _plain(getattr(self, name))
+            if isinstance(value, Mapping):
+                try:
+                    value = cls(**value)
+                except TypeError as err:
+                    _fail(f"RobotConfig.{name}", str(err))
+            if not isinstance(value, cls):
+                _fail(f"RobotConfig.{name}", f"expected a mapping or {cls.__name__}, got {value!r}")
+            setattr(self, name, value)
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Robots per split (``train``, ``val``, ``calib``, ``test``)."""
+        n_val = int(round(self.n_train * self.val_fraction))
+        return {"train": self.n_train - n_val, "val": n_val, "calib": self.n_calib, "test": self.n_test}
+
+    def noise_rates(self, concept_names: list[str]) -> list[float]:
+        """Flip rate of each concept of the chosen set."""
+        if isinstance(self.concept_noise, dict):
+            return [self.concept_noise.get(name, 0.0) for name in concept_names]
+        return [float(self.concept_noise)] * len(concept_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any] | Any) -> RobotConfig:
+        """Build from a plain dict or an OmegaConf ``DictConfig`` (e.g. Hydra's ``cfg.data``)."""
+        cfg = dict(_plain(cfg))
+        unknown = sorted(set(cfg) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"RobotConfig: unknown key(s) {unknown}")
+        return cls(**cfg)

@@ -1,0 +1,124 @@
+"""Typed configuration of the Sudoku generator (defaults mirror ``conf/data/sudoku.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs, parse_fail_counts
+
+#: Default failing-check distribution of the invalid boards: ``count:weight`` or
+#: ``lo-hi:weight`` entries (2 = near-valid minimum: one failing check is impossible).
+DEFAULT_FAIL_COUNTS = "2:0.2, 3:0.15, 4:0.15, 5-6:0.15, 7-9:0.15, 10-18:0.12, 19-27:0.08"
+DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
+
+
+@dataclass
+class SudokuConfig:
+    """Sudoku validity task: x = rendered board, c = 27 exact checks, y = AND of the checks.
+
+    Attributes
+    ----------
+    seed : data seed (boards, negatives, render choices and glyph banks).
+    n_train, n_val, n_calib, n_test : split sizes.
+    valid_fraction : share of valid boards in every split (exact up to rounding).
+    n_mip_seeds : HiGHS solves whose grids are expanded by validity-preserving transforms.
+    negative_ops : relative weights of the negative families ``line_swap``,
+        ``group_permute``, ``corrupt``; for each invalid board the family is drawn
+        among those that reach its failing-check count.
+    fail_counts : distribution of the number of failing checks of invalid boards,
+        ``"k:w, a-b:w, ..."`` with 2 <= k <= 27 (a range spreads its weight evenly; one
+        failing check is impossible). A string, so an override replaces it (dicts merge).
+    modality : ``image`` (uint8 ``[N,H,W,3]``) or ``tabular`` (one-hot board, float32 ``[N,729]``).
+    cell_size : cell pitch in px; images are ``9*cell_size + thick line`` square.
+    style : ``printed`` or ``handwritten`` digits.
+    glyph_variants : pre-rendered variants per digit (handwriting / print jitter).
+    pencil_prob, pencil_max : share of cells with 1..pencil_max pencil-mark candidates.
+    blur : Gaussian blur sigma in px; noise : pixel-noise std in grey levels.
+    """
+
+    name: str = "sudoku"
+    seed: int = 0
+    n_train: int = 4000
+    n_val: int = 1000
+    n_calib: int = 2000
+    n_test: int = 4000
+    valid_fraction: float = 0.5
+    n_mip_seeds: int = 32
+    negative_ops: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_NEGATIVE_OPS))
+    fail_counts: str = DEFAULT_FAIL_COUNTS
+    modality: str = "image"
+    cell_size: int = 28
+    style: str = "printed"
+    glyph_variants: int = 48
+    pencil_prob: float = 0.0
+    pencil_max: int = 3
+    blur: float = 0.0
+    noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        # normalise container types (OmegaConf DictConfig, int keys from YAML)
+        self.negative_ops = {str(k): float(v) for k, v in dict(self.negative_ops).items()}
+        if not isinstance(self.fail_counts, str):  # a mapping {"k": w} from Python code
+            self.fail_counts = ", ".join(f"{k}:{w:g}" for k, w in fail_count_items(self.fail_counts))
+
+        def bad(msg: str) -> None:
+            raise ValueError(f"SudokuConfig: {msg}")
+
+        if self.name != "sudoku":
+            bad(f"name must be 'sudoku', got '{self.name}'")
+        for k in ("seed", "n_train", "n_val", "n_calib", "n_test"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                bad(f"{k}={v!r} must be a non-negative integer")
+        if self.n_train + self.n_val + self.n_calib + self.n_test <= 0:
+            bad("all split sizes are zero")
+        if not 0.0 <= float(self.valid_fraction) <= 1.0:
+            bad(f"valid_fraction={self.valid_fraction} must lie in [0, 1]")
+        if not isinstance(self.n_mip_seeds, int) or self.n_mip_seeds < 1:
+            bad(f"n_mip_seeds={self.n_mip_seeds!r} must be a positive integer")
+        unknown = set(self.negative_ops) - set(FAMILIES)
+        if unknown:
+            bad(f"negative_ops has unknown families {sorted(unknown)}; expected {list(FAMILIES)}")
+        if any(w < 0 for w in self.negative_ops.values()) or sum(self.negative_ops.values()) <= 0:
+            bad("negative_ops weights must be non-negative with a positive sum")
+        try:
+            family_probs(self.negative_ops, parse_fail_counts(self.fail_counts))
+        except ValueError as err:
+            bad(str(err))
+        if self.modality not in ("image", "tabular"):
+            bad(f"modality must be 'image' or 'tabular', got '{self.modality}'")
+        if not isinstance(self.cell_size, int) or not 12 <= self.cell_size <= 128:
+            bad(f"cell_size={self.cell_size!r} must be an integer in 12..128")
+        if self.style not in ("printed", "handwritten"):
+            bad(f"style must be 'printed' or 'handwritten', got '{self.style}'")
+        if not isinstance(self.glyph_variants, int) or not 1 <= self.glyph_variants <= 1024:
+            bad(f"glyph_variants={self.glyph_variants!r} must be an integer in 1..1024")
+        if not 0.0 <= float(self.pencil_prob) <= 1.0:
+            bad(f"pencil_prob={self.pencil_prob} must lie in [0, 1]")
+        if not isinstance(self.pencil_max, int) or not 1 <= self.pencil_max <= 8:
+            bad(f"pencil_max={self.pencil_max!r} must be an integer in 1..8")
+        if float(self.blur) < 0 or float(self.noise) < 0:
+            bad("blur and noise must be non-negative")
+
+    # ------------------------------------------------------------ helpers
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {"train": self.n_train, "val": self.n_val, "calib": self.n_calib, "test": self.n_test}
+
+    @property
+    def n_total(self) -> int:
+        return sum(self.sizes.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SudokuConfig:
+        """Build from a plain / OmegaConf mapping; unknown keys fail with one line."""
+        d = dict(d)
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"SudokuConfig: unknown keys {unknown}; expected a subset of {sorted(names)}")
+        return cls(**d)

@@ -1,0 +1,162 @@
+"""``cbm-automate``: config validation, the report, its files and one-line errors."""
+
+import csv
+import json
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from selective_toys import MostUncertainPolicy, toy_data, toy_model
+
+from cbm.config import ConfigError
+from cbm.experiments.automate import (
+    CSV_COLUMNS,
+    AutomateConfig,
+    automate,
+    results_table,
+    validate,
+    write_outputs,
+)
+from cbm.experiments.common import CONF_DIR
+from synthetic.datamodule import SyntheticDataModule
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("automate", overrides=["cache_dir=null", "output_dir=.", *overrides])
+
+
+def test_shipped_config_validates():
+    cfg = validate(composed("checkpoint=runs/x"))
+    assert cfg == AutomateConfig(checkpoint="runs/x", cache_dir=None)
+    assert (cfg.method, cfg.target_accuracy, cfg.delta, cfg.ks) == ("ltt", 0.95, 0.1, [0, 1, 3, "max"])
+    cfg = validate(composed("checkpoint=r", "+costs={c0: 2.0}", "method=sgr", "ks=[0,2]"))
+    assert cfg.costs == {"c0": 2.0} and cfg.method == "sgr" and cfg.ks == [0, 2]
+
+
+@pytest.mark.parametrize(
+    "overrides,msg",
+    [
+        ([], "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"),
+        (
+            ["checkpoint=r", "method=magic"],
+            "config: method must be one of ('empirical', 'sgr', 'ltt'), got 'magic'",
+        ),
+        (
+            ["checkpoint=r", "score=vibes"],
+            "config: score must be one of ('probability', 'uncertainty'), got 'vibes'",
+        ),
+        (
+            ["checkpoint=r", "policy=psychic"],
+            "config: policy must be one of ('random', 'uncertainty', 'responsiveness'), got 'psychic'",
+        ),
+        (["checkpoint=r", "delta=0"], "config: delta must be in (0, 1), got 0.0"),
+        (["checkpoint=r", "ks=[1,-2]"], "config: ks entries must be integers >= 0 or 'max', got -2"),
+    ],
+)
+def test_bad_config_is_one_line(overrides, msg):
+    with pytest.raises(ConfigError) as err:
+        validate(composed(*overrides))
+    assert str(err.value) == msg
+
+
+def run_toy(tmp_path, **overrides):
+    data = toy_data()
+    dm = SyntheticDataModule(lambda: data, 64, 128)
+    cfg = AutomateConfig(checkpoint="toy", ks=[0, 1, "max"], output_dir=str(tmp_path), **overrides)
+    return automate(toy_model(), dm, cfg)
+
+
+def test_report_and_files(tmp_path, monkeypatch):
+    import cbm.experiments.automate as app
+
+    # A deterministic policy by name, so the numbers below do not depend on the random stream.
+    monkeypatch.setattr(app, "policy_factory", lambda name, seed, **kw: MostUncertainPolicy)
+    report = run_toy(tmp_path, method="ltt", target_accuracy=0.95, costs={"c0": 2.0})
+    cal = report["calibration"]
+    assert cal["method"] == "ltt" and cal["guaranteed"] and cal["bound"] >= 0.95 and cal["n_cal"] == 400
+    assert report["concept_costs"] == {"c0": 0.5, "c1": 0.25, "c2": 0.25}
+    by_k = {r["k"]: r for r in report["results"]}
+    assert sorted(by_k) == [0, 1, 3]
+    assert by_k[0]["coverage"] == by_k[0]["coverage_before"] and by_k[0]["nwa"] == by_k[0]["coverage"]
+    for r in report["results"]:
+        assert r["tau"] == cal["tau"] and r["n"] == 400
+        assert r["coverage"] == pytest.approx(r["coverage_before"] + r["rescued"])
+        assert r["nwa"] == pytest.approx(r["coverage"] - r["mean_cost_uniform"])
+        assert r["rescued"] + r["deferred"] == pytest.approx(1 - r["coverage_before"])
+    assert by_k[1]["rescued"] > 0 and by_k[1]["mean_requested"] == pytest.approx(
+        1 - by_k[1]["coverage_before"]
+    )
+    assert by_k[3]["selective_acc"] >= 0.95  # oracle concepts through a correct head: rescues are right
+
+    write_outputs(report, tmp_path)
+    assert json.loads((tmp_path / "automation.json").read_text())["calibration"]["tau"] == cal["tau"]
+    rows = list(csv.DictReader((tmp_path / "automation.csv").open()))
+    assert list(rows[0]) == CSV_COLUMNS and [r["k"] for r in rows] == ["0", "1", "3"]
+    assert (tmp_path / "risk_coverage.png").stat().st_size > 1000
+    table = results_table(report)
+    assert (
+        table.splitlines()[0].startswith("| k | coverage before % | coverage after % |")
+        and len(table.splitlines()) == 5
+    )
+
+
+def test_threshold_comes_from_the_calibration_split_only(tmp_path):
+    data = toy_data()
+    other = toy_data(seed=7)  # same calibration rows, different test rows
+    calib = data.split == 2
+    for name in ("x", "c", "c_true", "y"):
+        getattr(other, name)[calib] = getattr(data, name)[calib]
+    cfg = AutomateConfig(checkpoint="toy", ks=[0], method="empirical", target_accuracy=0.99)
+    a = automate(toy_model(), SyntheticDataModule(lambda: data, 64, 128), cfg)
+    b = automate(toy_model(), SyntheticDataModule(lambda: other, 64, 128), cfg)
+    assert a["calibration"] == b["calibration"] and a["results"] != b["results"]
+
+
+def test_negative_nwa_is_shown_signed(tmp_path):
+    report = {
+        "results": [
+            {
+                "k": 3,
+                "coverage_before": 0.5,
+                "coverage": 0.5,
+                "rescued": 0.0,
+                "deferred": 0.5,
+                "selective_acc": None,
+                "nwa": -0.25,
+                "nwa_cost": -0.3,
+                "aurc": 0.1,
+            }
+        ]
+    }
+    assert "| 3 | 50.00 | 50.00 | 0.00 | 50.00 | n/a | -0.2500 | -0.3000 | 0.1000 |" in results_table(report)
+
+
+def run_main(monkeypatch, capsys, *args):
+    import cbm.experiments.automate as app
+
+    monkeypatch.setattr(sys, "argv", ["cbm-automate", *args])
+    monkeypatch.delenv("CBM_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        app.main()
+    return exit_.value.code, capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    hydra_dir = f"hydra.run.dir={tmp_path}/run"
+    code, line = run_main(monkeypatch, capsys, hydra_dir, f"checkpoint={tmp_path}/missing", "cache_dir=null")
+    assert (code, line) == (2, f"cbm-automate: error: checkpoint not found: {tmp_path}/missing")
+    code, line = run_main(monkeypatch, capsys, hydra_dir, "checkpoint=x", "method=magic")
+    assert (code, line) == (
+        2,
+        "cbm-automate: error: config: method must be one of ('empirical', 'sgr', 'ltt'), got 'magic'",
+    )
+
+
+def test_empty_calibration_split_is_a_clear_error(tmp_path):
+    data = toy_data(n_calib=0)
+    cfg = AutomateConfig(checkpoint="toy", ks=[0])
+    with pytest.raises(ValueError) as err:
+        automate(toy_model(), SyntheticDataModule(lambda: data, 64, 128), cfg)
+    assert str(err.value).startswith("calibration split is empty: cannot calibrate the abstention threshold")
