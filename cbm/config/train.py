@@ -67,7 +67,7 @@ class OracleConfig:
 @dataclass
 class TrainConfig:
     seed: int = 0
-    batch_size: int = 256
+    batch_size: int = 64
     eval_batch_size: int = 1024
     cache_dir: str | None = ".cache/cbm"
     output_dir: str = "."

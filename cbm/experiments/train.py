@@ -19,8 +19,8 @@ from cbm.config import to_dataclass
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
 from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, write_json_atomic
-from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
 from cbm.interventions.base import RandomPolicy
+from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
 from cbm.models import build_model, model_class
 from cbm.training.trainer import build_trainer, finish_wandb
 from synthetic.datamodule import SyntheticDataModule

@@ -21,7 +21,13 @@ from cbm.interventions.engine import (
     run_interventions,
 )
 from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
-from cbm.interventions.interveners import ExpertIntervener, LLMAnswerError, LLMClient, LLMIntervener, parse_answers
+from cbm.interventions.interveners import (
+    ExpertIntervener,
+    LLMAnswerError,
+    LLMClient,
+    LLMIntervener,
+    parse_answers,
+)
 from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy, build_policy
 from cbm.interventions.responsiveness import (
     EmpiricalPrior,

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from cbm.interventions.base import Batch, OracleIntervener, true_concepts
+from cbm.interventions.base import Batch, OracleIntervener
 from cbm.models.state import ConceptState
 
 log = logging.getLogger("cbm.interventions")

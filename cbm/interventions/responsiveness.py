@@ -73,7 +73,10 @@ class Level:
     """All subsets of one size ``s`` and their ``2^s`` assignments.
 
     Pairs are ordered ``(subset q, code)`` -> ``q * 2^s + code``; element ``u`` of a subset
-    (ascending concept order) takes the value ``(code >> u) & 1``.
+    (ascending concept order) takes the value ``(code >> u) & 1``. So ``code = v * 2^(s-1) + a``
+    where ``v`` is the value of the subset's last concept and ``a`` the code of its parent (the
+    subset minus its last concept) in the previous level: a level's pairs are the parent's pairs
+    crossed with the two values of the new concept.
     """
 
     size: int
@@ -81,9 +84,9 @@ class Level:
     offset: int
     #: ``[Q, s]`` concept indices, ascending within a subset, subsets in lexicographic order.
     subsets: Tensor
-    #: ``[P]`` index of each pair's parent pair (subset minus its last concept) in the previous level.
-    parent: Tensor | None
-    #: ``[P]`` row ``2*j + v`` of a per-(concept, value) table: the last concept and its value.
+    #: ``[Q]`` index of each subset's parent in the previous level (zeros at size 1: the empty set).
+    parent: Tensor
+    #: ``[Q]`` the subset's last concept.
     leaf: Tensor
 
     @property
@@ -126,21 +129,13 @@ class SubsetTable:
         prev_pos: Tensor | None = None
         for s in range(1, self.k + 1):
             if prev_pos is None:
-                pos, parent_q = torch.arange(n)[:, None], None
+                pos, parent_q = torch.arange(n)[:, None], torch.zeros(n, dtype=torch.long)
             else:
                 ok = torch.arange(n)[None, :] > prev_pos[:, -1:]
                 parent_q, jpos = ok.nonzero(as_tuple=True)  # row-major: lexicographic order
                 pos = torch.cat([prev_pos[parent_q], jpos[:, None]], dim=1)
             subsets = u[pos]
-            codes = torch.arange(1 << s)
-            leaf = (subsets[:, -1:] * 2 + (codes >> (s - 1))[None]).reshape(-1)
-            parent = None
-            if parent_q is not None:
-                half = 1 << (s - 1)
-                parent = (parent_q[:, None] * half + (codes & (half - 1))[None]).reshape(-1)
-            levels.append(
-                Level(s, offset, subsets.to(self.device), None if parent is None else parent.to(self.device), leaf.to(self.device))
-            )
+            levels.append(Level(s, offset, subsets.to(self.device), parent_q.to(self.device), subsets[:, -1].to(self.device)))
             offset += len(subsets)
             prev_pos = pos
         self.levels = levels
@@ -154,6 +149,8 @@ class SubsetTable:
         #: ``[Q]`` subset sizes.
         self.sizes = members.sum(1)
         self._pairs: dict[int, tuple[Tensor, Tensor]] = {}
+        self._colex: list[ColexLevel] | None = None
+        self._colex_inv: Tensor | None = None
 
     def n_upto(self, k: int) -> int:
         """Number of subsets of size ``<= k`` (they come first)."""
@@ -179,6 +176,70 @@ class SubsetTable:
         """``[B, Q]`` bool: subsets whose concepts are all available in each row."""
         missing = (~available).to(torch.float32) @ self.members.T.to(torch.float32)
         return missing == 0
+
+    def colex(self) -> list[ColexLevel]:
+        """The levels in colexicographic order (cached), used by the fast path."""
+        if self._colex is None:
+            self._colex = _colex_levels(self)
+        return self._colex
+
+    def colex_inverse(self) -> Tensor:
+        """``[Q]``: row of each table column when the levels are stacked in colex order."""
+        if self._colex_inv is None:
+            cols = torch.cat([cl.columns for cl in self.colex()])
+            inv = torch.empty_like(cols)
+            inv[cols] = torch.arange(len(cols), device=cols.device)
+            self._colex_inv = inv
+        return self._colex_inv
+
+
+@dataclass(frozen=True)
+class ColexLevel:
+    """One level in colexicographic order (subsets sorted by largest concept, then the rest).
+
+    In this order the size-``s`` subsets whose largest concept is the ``t``-th of the universe
+    are exactly the first ``C(t, s-1)`` size-``s-1`` subsets plus that concept, so a level is a
+    concatenation of *prefixes* of the previous one: no gather is needed to build it.
+    """
+
+    #: ``[Q]`` column of each (colex-ordered) subset in the table's (lexicographic) order.
+    columns: Tensor
+    #: ``[Q]`` colex index of the parent in the previous level, and the added (largest) concept.
+    parent: Tensor
+    leaf: Tensor
+    #: ``(concept, prefix length)`` per block, in order: block ``t`` = first ``n`` parents + concept.
+    blocks: tuple[tuple[int, int], ...]
+    #: ``[Q]`` position of each colex subset within the level's lexicographic order.
+    local: Tensor
+
+
+def _colex_levels(table: SubsetTable) -> list[ColexLevel]:
+    out: list[ColexLevel] = []
+    uni = table.universe
+    prev: list[tuple[int, ...]] = [()]
+    for lv in table.levels:
+        lex = {tuple(row): q for q, row in enumerate(lv.subsets.tolist())}
+        prev_pos = {sub: i for i, sub in enumerate(prev)}
+        cur: list[tuple[int, ...]] = []
+        blocks = []
+        for t, j in enumerate(uni):
+            n = math.comb(t, lv.size - 1)
+            if n:
+                blocks.append((j, n))
+                cur += [sub + (j,) for sub in prev[:n]]
+        dev = table.device
+        local = torch.tensor([lex[sub] for sub in cur], dtype=torch.long)
+        out.append(
+            ColexLevel(
+                columns=(local + lv.offset).to(dev),
+                parent=torch.tensor([prev_pos[sub[:-1]] for sub in cur], dtype=torch.long).to(dev),
+                leaf=torch.tensor([sub[-1] for sub in cur], dtype=torch.long).to(dev),
+                blocks=tuple(blocks),
+                local=local.to(dev),
+            )
+        )
+        prev = cur
+    return out
 
 
 @lru_cache(maxsize=32)
@@ -380,80 +441,156 @@ def subset_responsiveness(
     if wb is not None:
         resp = _exact_fast(_Linear(wb, state, logits), state, table, prior, chunk_mb)
     else:
-        resp = _exact_generic(model, state, logits.argmax(1), table, prior, available, chunk_mb)
+        resp = _exact_generic(model, state, logits.argmax(1), table, prior, chunk_mb)
     return resp.masked_fill(~table.valid(available), float("-inf"))
-
-
-def _level_loop_weights(prior: Prior, table: SubsetTable, qv: Tensor | None):
-    """Generator of ``[P, Bc]`` pair weights per level (hierarchical products or the empirical table)."""
-    prev = None
-    for lv in table.levels:
-        if isinstance(prior, EmpiricalPrior):
-            w = prior.level_weights(table, lv)[:, None]
-        else:
-            w = qv[lv.leaf]
-            if lv.parent is not None:
-                w.mul_(prev[lv.parent])
-            prev = w
-        yield lv, w
 
 
 def _batch_step(n_rows_per_example: int, bytes_per_row: int, chunk_mb: float) -> int:
     return max(1, int(chunk_mb * 2**20) // max(1, n_rows_per_example * bytes_per_row))
 
 
+#: The fast path works on blocks of about this many (pair, example) rows, so its temporaries
+#: stay in cache (a larger ``chunk_mb`` does not make it faster).
+FAST_BLOCK_ROWS = 1 << 18
+
+
+def _by_concept(t: Tensor) -> Tensor:
+    """``[B, m, 2, ...] -> [m, 2, B, ...]`` contiguous (gathers along concepts copy whole rows)."""
+    return t.movedim(0, 2).contiguous()
+
+
 def _exact_fast(lin: _Linear, state: ConceptState, table: SubsetTable, prior: Prior, chunk_mb: float) -> Tensor:
+    """All pairs of a linear head, level by level in colex order.
+
+    ``U[q, v, a] = U_parent[a] + T[leaf, v]`` (logit move of the pair) and likewise the weights
+    (products of the concepts' value probabilities). Intermediate levels are gathered through
+    their parent index; the last, largest level is built from prefixes of the previous one, one
+    block per largest concept (a Python loop over concepts, never over subsets or assignments).
+    """
     b, m = state.probs.shape
-    cdim = lin.terms.shape[-1]
-    resp = torch.empty(b, table.n_subsets, device=state.probs.device)
-    qv_all = prior.value_probs(state) if isinstance(prior, IndependentPrior) else None
-    p_max = max((lv.n_pairs for lv in table.levels), default=1)
-    step = _batch_step(p_max, 4 * (3 * cdim + 4), chunk_mb)
+    dev = state.probs.device
+    resp = torch.empty(b, table.n_subsets, device=dev)
+    if table.n_subsets == 0:
+        return resp
+    independent = isinstance(prior, IndependentPrior)
+    qv_all = prior.value_probs(state) if independent else None  # [B, m, 2]
+    if lin.binary:
+        # Signed margin: U = s * delta with s = +1 for class 1, -1 for class 0, so the prediction
+        # flips iff U < tau (tau = -|margin|, nudged up for class 1 where a zero margin flips).
+        sign = torch.where(lin.yhat == 1, 1.0, -1.0)
+        terms = lin.terms[..., 0] * sign[:, None, None]  # [B, m, 2]
+        tau = -lin.base[:, 0].abs()
+        tau = torch.where(lin.yhat == 1, torch.nextafter(tau, torch.full_like(tau, float("inf"))), tau)
+    else:
+        terms = lin.terms  # [B, m, 2, C]
+    plan = table.colex()
+    emp = None
+    if not independent:
+        emp = [
+            prior.level_weights(table, lv).view(lv.n_subsets, lv.n_assignments).index_select(0, cl.local).view(lv.n_subsets, 2, -1)
+            for lv, cl in zip(table.levels, plan)
+        ]
+    p_max = max(lv.n_pairs for lv in table.levels)
+    step = max(1, min(_batch_step(p_max, 4 * (2 * terms[0, 0, 0].numel() + 3), chunk_mb), max(1, FAST_BLOCK_ROWS // max(1, p_max // 64))))
     for b0 in range(0, b, step):
-        cols = slice(b0, b0 + step)
-        bc = lin.base[cols].shape[0]
-        terms = lin.terms[cols].reshape(bc, 2 * m, cdim).permute(1, 0, 2).contiguous()  # [2m, Bc, C']
-        qv = None if qv_all is None else qv_all[cols].reshape(bc, 2 * m).T.contiguous()  # [2m, Bc]
-        base, yhat = lin.base[cols][None], lin.yhat[cols][None]
-        prev_v = None
-        for lv, w in _level_loop_weights(prior, table, qv):
-            v = terms[lv.leaf]
-            if lv.parent is not None:
-                v.add_(prev_v[lv.parent])
-            flip = lin.flips(base, v, yhat)  # [P, Bc]
-            r = (w * flip).view(lv.n_subsets, lv.n_assignments, bc).sum(1)
-            resp[cols, lv.offset : lv.offset + lv.n_subsets] = r.T
-            prev_v = v
+        blk = slice(b0, b0 + step)
+        tb = _by_concept(terms[blk])  # [m, 2, Bc(, C)]
+        bc = tb.shape[2]
+        qb = _by_concept(qv_all[blk]) if independent else None  # [m, 2, Bc]
+        if lin.binary:
+            thr = tau[blk] - tb  # [m, 2, Bc]: a pair flips iff its parent's U < thr[leaf, v]
+            base = yh = None
+        else:
+            thr, base, yh = None, lin.base[blk], lin.yhat[blk]
+        out = torch.empty(table.n_subsets, bc, device=dev)  # rows in colex order, per level
+        u = tb.new_zeros((1, 1, *tb.shape[2:]))
+        w = tb.new_ones((1, 1, bc))
+        for n_lv, (lv, cl) in enumerate(zip(table.levels, plan)):
+            q, half = lv.n_subsets, 1 << (lv.size - 1)
+            if n_lv + 1 < len(plan):
+                ug = u.index_select(0, cl.parent)  # [Q, A', Bc(, C)]
+                tl = tb.index_select(0, cl.leaf)  # [Q, 2, Bc(, C)]
+                th = thr.index_select(0, cl.leaf) if thr is not None else tl
+                wg = w.index_select(0, cl.parent) if independent else None
+                ql = qb.index_select(0, cl.leaf) if independent else None
+                r = _pair_sums(ug, th, wg, ql, None if emp is None else emp[n_lv], base, yh)
+                u = (ug[:, None] + tl[:, :, None]).reshape(q, 2 * half, *tb.shape[2:])
+                if independent:
+                    w = (ql[:, :, None] * wg[:, None]).reshape(q, 2 * half, bc)
+            else:
+                parts, start = [], 0
+                for j, n in cl.blocks:
+                    th = thr[j][None] if thr is not None else tb[j][None]
+                    we = None if emp is None else emp[n_lv][start : start + n]
+                    parts.append(_pair_sums(u[:n], th, w[:n] if independent else None, qb[j][None] if independent else None, we, base, yh))
+                    start += n
+                r = torch.cat(parts)
+            out[lv.offset : lv.offset + q] = r
+        resp[blk] = out.index_select(0, table.colex_inverse()).T
     return resp
 
 
-def _exact_generic(
-    model, state: ConceptState, yhat: Tensor, table: SubsetTable, prior: Prior, available: Tensor, chunk_mb: float
-) -> Tensor:
+def _pair_sums(ug: Tensor, th: Tensor, wg: Tensor | None, ql: Tensor | None, we: Tensor | None, base, yhat) -> Tensor:
+    """``[Q, Bc]`` responsiveness of subsets whose pairs are parent pairs ``ug [Q, A', Bc(, C)]``
+    crossed with the new concept's two values (``th [Q|1, 2, Bc]`` thresholds in the binary case,
+    else logit terms ``[Q|1, 2, Bc, C]``); weights from ``wg x ql`` or the empirical ``we [Q, 2, A']``."""
+    if base is None:
+        flips = ug[:, None] < th[:, :, None]  # [Q, 2, A', Bc]
+    else:
+        flips = (base + ug[:, None] + th[:, :, None]).argmax(-1) != yhat
+    zero = flips.new_zeros((), dtype=torch.float32)
+    if we is not None:
+        return torch.where(flips, we[..., None], zero).sum((1, 2))
+    return (torch.where(flips, wg[:, None], zero).sum(2) * ql).sum(1)
+
+
+def _expand_rows(state: ConceptState, n: int) -> ConceptState:
+    """Each row repeated ``n`` times consecutively (a contiguous copy, no gather)."""
+    return state.map(lambda t: t[:, None].expand(t.shape[0], n, *t.shape[1:]).reshape(t.shape[0] * n, *t.shape[1:]))
+
+
+def _exact_generic(model, state: ConceptState, yhat: Tensor, table: SubsetTable, prior: Prior, chunk_mb: float) -> Tensor:
+    """Every (example, pair) row through ``intervene`` + ``predict``, in blocks of examples x
+    contiguous pair ranges (rows are built by copies, never by per-row gathers)."""
     b, m = state.probs.shape
+    dev = state.probs.device
+    resp = torch.empty(b, table.n_subsets, device=dev)
+    if table.n_subsets == 0:
+        return resp
     st = trim_state(model, state)
-    rows_per_call = _batch_step(1, _state_row_bytes(st), chunk_mb)
-    resp = torch.zeros(b, table.n_subsets, device=state.probs.device)
-    valid = table.valid(available)
-    qv_all = prior.value_probs(state) if isinstance(prior, IndependentPrior) else None
-    p_max = max((lv.n_pairs for lv in table.levels), default=1)
-    step = _batch_step(p_max, 16, chunk_mb)
-    for b0 in range(0, b, step):
-        rows = torch.arange(b0, min(b, b0 + step), device=state.probs.device)
-        bc = len(rows)
-        qv = None if qv_all is None else qv_all[rows].reshape(bc, 2 * m).T.contiguous()
-        for lv, w in _level_loop_weights(prior, table, qv):
+    per_call = _batch_step(1, _state_row_bytes(st), chunk_mb)
+    independent = isinstance(prior, IndependentPrior)
+    qv_all = prior.value_probs(state) if independent else None
+    p_max = max(lv.n_pairs for lv in table.levels)
+    outer = _batch_step(p_max, 16, chunk_mb)
+    for b0 in range(0, b, outer):
+        blk = slice(b0, b0 + outer)
+        sb, yb = st.index(blk), yhat[blk]
+        bo = yb.shape[0]
+        qb = _by_concept(qv_all[blk]) if independent else None
+        w_prev = torch.ones(1, 1, bo, device=dev)
+        for lv in table.levels:
             masks, values = table.pair_masks(lv)
-            a = lv.n_assignments
-            vp = valid[rows, lv.offset : lv.offset + lv.n_subsets].repeat_interleave(a, dim=1)  # [Bc, P]
-            bi, pi = vp.nonzero(as_tuple=True)
-            flips = torch.zeros(bc, lv.n_pairs, dtype=torch.bool, device=state.probs.device)
-            for r0 in range(0, len(bi), rows_per_call):
-                bb, pp = bi[r0 : r0 + rows_per_call], pi[r0 : r0 + rows_per_call]
-                new = model.intervene(st.index(rows[bb]), masks[pp], values[pp].to(st.probs.dtype))
-                flips[bb, pp] = model.predict(new).argmax(1) != yhat[rows[bb]]
-            r = (w.T * flips).view(bc, lv.n_subsets, a).sum(2)
-            resp[rows, lv.offset : lv.offset + lv.n_subsets] = r
+            values = values.to(st.probs.dtype)
+            q, a = lv.n_subsets, lv.n_assignments
+            flips = torch.empty(bo, lv.n_pairs, dtype=torch.bool, device=dev)
+            pc = min(lv.n_pairs, per_call)
+            bc = max(1, per_call // pc)
+            for e0 in range(0, bo, bc):
+                rows = sb.index(slice(e0, e0 + bc))
+                ne = rows.probs.shape[0]
+                for p0 in range(0, lv.n_pairs, pc):
+                    n = min(pc, lv.n_pairs - p0)
+                    new = model.intervene(_expand_rows(rows, n), masks[p0 : p0 + n].repeat(ne, 1), values[p0 : p0 + n].repeat(ne, 1))
+                    pred = model.predict(new).argmax(1).view(ne, n)
+                    flips[e0 : e0 + ne, p0 : p0 + n] = pred != yb[e0 : e0 + ne, None]
+            if independent:
+                w = qb.index_select(0, lv.leaf)[:, :, None] * w_prev.index_select(0, lv.parent)[:, None]  # [Q, 2, A', Bo]
+                resp[blk, lv.offset : lv.offset + q] = (flips.view(bo, q, a) * w.reshape(q, a, bo).permute(2, 0, 1)).sum(2)
+                w_prev = w.reshape(q, a, bo)
+            else:
+                w = prior.level_weights(table, lv).view(1, q, a)
+                resp[blk, lv.offset : lv.offset + q] = (flips.view(bo, q, a) * w).sum(2)
     return resp
 
 

@@ -119,18 +119,24 @@ def _mlp(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
 
 
 class TextBag(nn.Module):
-    """Mean of token embeddings (id 0 is padding) followed by an MLP."""
+    """Token embeddings, a width-3 convolution (so "round head" and "square body" bind
+    adjective to noun, which a plain bag of words cannot), max-pool over positions, MLP.
+    Token id 0 is padding."""
 
     def __init__(self, cfg: BackboneConfig, vocab_size: int):
         super().__init__()
         if vocab_size <= 0:
             raise ValueError("text backbone needs the dataset's vocab_size")
-        self.embed = nn.EmbeddingBag(vocab_size, cfg.embed_dim, mode="mean", padding_idx=0)
+        self.embed = nn.Embedding(vocab_size, cfg.embed_dim, padding_idx=0)
+        self.conv = nn.Conv1d(cfg.embed_dim, cfg.embed_dim, kernel_size=3, padding=1)
         self.net = mlp([cfg.embed_dim, *cfg.hidden, cfg.out_dim], cfg.dropout, last_act=True)
         self.out_dim = cfg.out_dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(self.embed(x.long()))
+        ids = x.long()
+        h = torch.relu(self.conv(self.embed(ids).transpose(1, 2)))  # [B, E, L]
+        h = h.masked_fill((ids == 0).unsqueeze(1), float("-inf")).amax(dim=2)
+        return self.net(torch.nan_to_num(h, neginf=0.0))
 
 
 @register_backbone("text_bag")

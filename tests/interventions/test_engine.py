@@ -10,7 +10,13 @@ from intervention_toys import ToyModel
 from torch import nn
 
 from cbm.interventions.base import OracleIntervener, RandomPolicy, apply_intervention
-from cbm.interventions.engine import ResultsGrid, model_accuracy, read_blackbox_metrics, run_grid, run_interventions
+from cbm.interventions.engine import (
+    ResultsGrid,
+    model_accuracy,
+    read_blackbox_metrics,
+    run_grid,
+    run_interventions,
+)
 from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
 from cbm.interventions.interveners import ExpertIntervener
 from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy, build_policy

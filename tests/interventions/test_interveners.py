@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from cbm.interventions.base import OracleIntervener
-from cbm.interventions.interveners import ExpertIntervener, LLMAnswerError, LLMIntervener, parse_answers, uniform_hash
+from cbm.interventions.interveners import (
+    ExpertIntervener,
+    LLMAnswerError,
+    LLMIntervener,
+    parse_answers,
+    uniform_hash,
+)
 from cbm.models.state import ConceptState
 
 

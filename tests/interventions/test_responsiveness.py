@@ -219,7 +219,7 @@ def test_greedy_equals_exact_on_modular_objectives():
         table = subset_table(m, 4)
         vals = (w @ table.members.float().T).masked_fill(~table.valid(available), float("-inf"))
 
-        def extend(base, chosen, cand):
+        def extend(base, chosen, cand, w=w):
             return (w * chosen).sum(1, keepdim=True) + w
 
         order, values = greedy_search(extend, available, 4)

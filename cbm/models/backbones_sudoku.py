@@ -1,0 +1,169 @@
+"""Sudoku board reader: a shared per-cell digit CNN and a differentiable group-validity layer.
+
+``SudokuCellReader`` (backbone ``sudoku_cells``) maps a rendered board ``x [B,3,S,S]`` to
+``features [B, 81*9]``: the digit log-probabilities of the 81 cells (row-major cells, digit
+``d`` at column ``cell*9 + d-1``). Cells are cut with one vectorised op: the grey, inverted
+board without its outer border is area-downsampled to ``9h x 9h`` (``h = cell_px``), which
+keeps every pooling window inside one cell because the cell pitch is exact (see
+:mod:`synthetic.sudoku.render`), then reshaped to ``[B*81, 1, h, h]`` for the shared CNN.
+
+``make_concept_layer(27)`` gives :class:`GroupValidity`: for each of the 27 groups (in the
+checker's order ``row1..9, col1..9, box1..9``) the expected number of same-digit cell pairs
+under independent cells,
+
+    C_g = sum_{i<j in g} <p_i, p_j> = (sum_d n_d**2 - sum_i |p_i|**2) / 2,   n_d = sum_{i in g} p_i[d],
+
+is 0 for a valid group and >= 1 for an invalid one when the digits are read with certainty
+(``exp(-C)`` is the Poisson approximation of "all nine distinct"). Concept logit
+``a - b * C`` with a learnable offset ``a`` and scale ``b`` (init 6 and 12: threshold
+``C = 0.5``), so a perfect reader gives exactly correct concepts at init, and unlike
+``sum_d (n_d - 1)**2`` the score has a gradient at the uniform (untrained) reader.
+
+``aux_loss(features, batch)``: digit cross-entropy against the generator's ``batch["board"]``
+(weighted by ``model.backbone.aux_weight``; 0 trains the reader from the concepts alone,
+which identifies digits only up to a permutation — enough for the checks).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cbm.models.backbones import register_backbone
+from cbm.models.config import BackboneConfig, DataInfo
+from synthetic.sudoku.checker import GROUPS
+from synthetic.sudoku.render import image_size
+
+N_CELLS, N_DIGITS, N_GROUPS = 81, 9, 27
+#: Side (px) every cell is area-resampled to before the digit CNN.
+CELL_PX = 16
+
+
+@lru_cache(maxsize=64)
+def cell_size_for(side: int) -> int:
+    """Cell pitch of a rendered board of ``side`` px (inverse of ``image_size``; it is strictly increasing)."""
+    cs = max(1, (side - 2) // 9)
+    while cs > 1 and image_size(cs) > side:
+        cs -= 1
+    while image_size(cs) < side:
+        cs += 1
+    if image_size(cs) != side:
+        raise ValueError(f"sudoku_cells: a {side} px image is not a rendered Sudoku board (no cell size gives it)")
+    return cs
+
+
+def group_membership() -> Tensor:
+    """``float [81, 27]``: 1 where cell ``i`` belongs to group ``g`` (checker order)."""
+    m = torch.zeros(N_CELLS, N_GROUPS)
+    g = torch.as_tensor(GROUPS)  # [27, 9] cell indices
+    m[g.T.reshape(-1), torch.arange(N_GROUPS).repeat(N_DIGITS)] = 1.0
+    return m
+
+
+def digit_log_probs(features: Tensor) -> Tensor:
+    """``[B, 81, 9]`` view of the reader's features."""
+    return features.view(len(features), N_CELLS, N_DIGITS)
+
+
+def expected_collisions(probs: Tensor, member: Tensor) -> Tensor:
+    """Expected same-digit pairs per group ``[B, 27]`` from cell digit probabilities ``[B, 81, 9]``."""
+    counts = torch.einsum("bcd,cg->bgd", probs, member)  # n_d per group [B, 27, 9]
+    self_sq = probs.pow(2).sum(-1) @ member  # sum_i |p_i|^2 per group [B, 27]
+    return 0.5 * (counts.pow(2).sum(-1) - self_sq)
+
+
+class GroupValidity(nn.Module):
+    """Digit log-probabilities ``[B, 729]`` -> 27 group-validity logits ``a - b * C_g``."""
+
+    def __init__(self, offset: float = 6.0, scale: float = 12.0):
+        super().__init__()
+        self.register_buffer("member", group_membership(), persistent=False)
+        self.offset = nn.Parameter(torch.tensor(float(offset)))
+        self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
+
+    def collisions(self, features: Tensor) -> Tensor:
+        return expected_collisions(digit_log_probs(features).exp(), self.member.to(features.dtype))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.offset - self.log_scale.exp() * self.collisions(features)
+
+
+class SudokuCellReader(nn.Module):
+    """Shared per-cell digit CNN over the 81 cell crops; features are digit log-probabilities.
+
+    Parameters
+    ----------
+    cfg : ``channels`` (conv widths; each block halves the cell map), ``dropout`` (before
+        the digit classifier), ``aux_weight`` (used by the model).
+    info : the dataset; ``in_shape = [3, S, S]`` fixes the expected board size.
+    cell_px : side every cell is resampled to.
+    """
+
+    def __init__(self, cfg: BackboneConfig, info: DataInfo, cell_px: int = CELL_PX):
+        super().__init__()
+        if info.modality != "image" or len(info.in_shape) != 3 or info.in_shape[1] != info.in_shape[2]:
+            raise ValueError(f"backbone 'sudoku_cells' needs square board images, got {info.modality} {info.in_shape}")
+        if info.n_concepts not in (0, N_GROUPS):
+            raise ValueError(f"backbone 'sudoku_cells' reads the 27 Sudoku checks, the dataset has {info.n_concepts} concepts")
+        self.side = int(info.in_shape[1])
+        self.cell_size = cell_size_for(self.side)
+        self.cell_px = int(cell_px)
+        blocks: list[nn.Module] = []
+        c, h = 1, self.cell_px
+        for width in cfg.channels:  # strided convs: cheap on the B*81 crops of a batch
+            stride = 2 if h >= 4 else 1
+            blocks += [nn.Conv2d(c, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+            h = (h - 1) // stride + 1
+            c = width
+        self.features = nn.Sequential(*blocks)
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c * h * h, N_DIGITS))
+        self.out_dim = N_CELLS * N_DIGITS
+
+    # ------------------------------------------------------------------ reading
+    def cells(self, x: Tensor) -> Tensor:
+        """Grey, inverted (ink = 1), resampled cell crops ``[B*81, 1, h, h]``."""
+        if x.dim() != 4 or x.shape[-1] != x.shape[-2]:
+            raise ValueError(f"sudoku_cells: expected boards [B,C,S,S], got {tuple(x.shape)}")
+        cs = cell_size_for(int(x.shape[-1]))
+        grid = 9 * cs
+        ink = 1.0 - x[:, :, :grid, :grid].float().mean(dim=1, keepdim=True)  # drop the outer border
+        h = self.cell_px
+        # cell k spans [k*cs, (k+1)*cs) = pooling bins [k*h, (k+1)*h): no window crosses a cell edge
+        small = ink if cs == h else F.adaptive_avg_pool2d(ink, 9 * h)
+        b = len(x)
+        return small.view(b, 1, 9, h, 9, h).permute(0, 2, 4, 1, 3, 5).reshape(b * N_CELLS, 1, h, h)
+
+    def digit_logits(self, x: Tensor) -> Tensor:
+        """Unnormalised digit scores ``[B, 81, 9]`` (digit ``d`` at index ``d-1``)."""
+        return self.classifier(self.features(self.cells(x))).view(len(x), N_CELLS, N_DIGITS)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(self.digit_logits(x), dim=-1).flatten(1)
+
+    @torch.no_grad()
+    def read(self, x: Tensor) -> Tensor:
+        """Most likely board ``long [B, 9, 9]`` (digits 1..9)."""
+        return (self(x).view(len(x), 9, 9, N_DIGITS).argmax(-1) + 1).long()
+
+    # ------------------------------------------------------------------ model hooks
+    def make_concept_layer(self, n_concepts: int) -> nn.Module:
+        if n_concepts != N_GROUPS:
+            raise ValueError(f"sudoku_cells: the group-validity layer gives 27 concepts, not {n_concepts}")
+        return GroupValidity()
+
+    def aux_loss(self, features: Tensor | None, batch: dict[str, Tensor]) -> Tensor:
+        """Mean digit cross-entropy against ``batch["board"]`` (cells outside 1..9 are ignored)."""
+        if features is None or "board" not in batch:
+            raise ValueError("sudoku_cells aux_loss needs the reader's features and the batch's 'board' digits")
+        target = batch["board"].reshape(len(features), N_CELLS).long() - 1
+        target = target.masked_fill((target < 0) | (target >= N_DIGITS), -100)
+        return F.nll_loss(digit_log_probs(features).reshape(-1, N_DIGITS), target.reshape(-1), ignore_index=-100)
+
+
+@register_backbone("sudoku_cells")
+def _sudoku_cells(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return SudokuCellReader(cfg, info)

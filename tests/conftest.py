@@ -1,0 +1,31 @@
+"""Shared fixtures: compose the real Hydra config with small, CPU-only overrides."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from cbm.experiments.common import CONF_DIR
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory):
+    """One dataset cache for the whole session (generation is deterministic)."""
+    return tmp_path_factory.mktemp("cbm-cache")
+
+
+@pytest.fixture
+def compose_train(tmp_path, shared_cache):
+    """``compose_train(*overrides)`` -> the composed ``train`` config writing into ``tmp_path``."""
+
+    def _compose(*overrides: str, config_name: str = "train"):
+        base = [f"output_dir={tmp_path}", f"cache_dir={shared_cache}", "trainer=cpu_smoke", "logger=csv_only"]
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            return compose(config_name=config_name, overrides=[*base, *overrides])
+
+    return _compose

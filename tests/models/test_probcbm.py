@@ -1,0 +1,128 @@
+"""ProbCBM: prototype interventions, deterministic sampling, uncertainties, losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cbm.config import ConfigError
+from cbm.models import build_model
+from cbm.models.probcbm import ProbCBM
+
+NAMES = ["head_round", "body_round", "knees", "antennae", "ears_triangle", "mouth_closed", "foot_pointy"]
+INFO = {"dataset": "toy", "modality": "tabular", "in_shape": [12], "concept_names": NAMES, "class_names": ["Drent", "Glorp"]}
+
+
+def make(**overrides) -> ProbCBM:
+    torch.manual_seed(0)
+    model = build_model({"name": "probcbm", "n_samples_train": 4, "n_samples_infer": 6, **overrides}, INFO)
+    assert isinstance(model, ProbCBM)
+    return model.eval()
+
+
+def test_state_shapes_and_uncertainty():
+    model = make(emb_size=3)
+    with torch.no_grad():
+        state = model.encode(torch.randn(5, 12))
+    assert state.extras["mean"].shape == state.extras["std"].shape == (5, 7, 3)
+    assert state.uncertainty.shape == (5, 7) and (state.uncertainty > 0).all()
+    assert state.extras["class_uncertainty"].shape == (5,) and (state.extras["class_uncertainty"] > 0).all()
+    assert torch.allclose(state.extras["mean"].norm(dim=-1), torch.ones(5, 7))
+    assert ((state.probs > 0) & (state.probs < 1)).all()
+
+
+def test_intervention_yields_the_prototype():
+    """Every Monte-Carlo sample of an intervened concept is its value's prototype, exactly."""
+    model = make()
+    with torch.no_grad():
+        state = model.encode(torch.randn(4, 12))
+        mask = torch.zeros(4, 7, dtype=torch.bool)
+        mask[:, :3] = True
+        values = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]).expand(4, 7)
+        new = model.intervene(state, mask, values)
+        samples = model.sample(new.extras["mean"], new.extras["std"], model.eps_infer.unsqueeze(0))
+        neg, pos = model.concept_prototypes()
+    proto = torch.where(values.bool().unsqueeze(-1), pos, neg)  # [4,7,d]
+    expected = proto.unsqueeze(1).expand_as(samples)
+    assert torch.equal(samples[:, :, :3], expected[:, :, :3])
+    assert torch.equal(samples[:, :, 3:], model.sample(state.extras["mean"], state.extras["std"], model.eps_infer[None])[:, :, 3:])
+    assert torch.equal(new.probs[mask], values[mask])
+    assert (new.uncertainty[mask] == 0).all() and torch.equal(new.uncertainty[~mask], state.uncertainty[~mask])
+    assert (new.extras["class_uncertainty"] < state.extras["class_uncertainty"]).all()
+    assert torch.equal(new.intervened, mask) and not state.intervened.any()
+
+
+def test_predict_is_deterministic_and_batch_independent():
+    model = make()
+    x = torch.randn(9, 12)
+    with torch.no_grad():
+        state = model.encode(x)
+        again = model.encode(x)
+        y = model.predict(state)
+        assert torch.equal(state.probs, again.probs)
+        assert torch.equal(y, model.predict(state))
+        assert torch.allclose(model.predict(state.index(slice(2, 5))), y[2:5], atol=1e-6)
+        assert torch.allclose(model.encode(x[2:5]).probs, state.probs[2:5], atol=1e-6)
+
+
+def test_inference_noise_is_fixed_by_mc_seed():
+    a, b, c = make(mc_seed=1), make(mc_seed=1), make(mc_seed=2)
+    assert torch.equal(a.eps_infer, b.eps_infer) and not torch.equal(a.eps_infer, c.eps_infer)
+    assert "eps_infer" not in a.state_dict()  # rebuilt from the config, not checkpointed
+
+
+def test_zero_samples_uses_the_mean():
+    model = make(n_samples_infer=0)
+    with torch.no_grad():
+        state = model.encode(torch.randn(3, 12))
+        assert torch.equal(model.predict(state), model.class_log_probs(state.extras["mean"].unsqueeze(1)))
+
+
+def test_training_draws_fresh_noise_reproducibly():
+    model = make().train()
+    batch = {"x": torch.randn(16, 12), "c": (torch.rand(16, 7) > 0.5).float(), "y": torch.randint(0, 2, (16,))}
+    torch.manual_seed(3)
+    first, _, _ = model.compute_losses(batch)
+    second, _, _ = model.compute_losses(batch)
+    torch.manual_seed(3)
+    replay, _, _ = model.compute_losses(batch)
+    assert first["loss"] != second["loss"]
+    assert first["loss"] == replay["loss"]
+    assert set(first) == {"task_loss", "concept_loss", "kl_loss", "loss"}
+
+
+def test_kl_term_matches_the_formula():
+    model = make(kl_weight=0.5).train()
+    batch = {"x": torch.randn(8, 12), "c": torch.ones(8, 7), "y": torch.ones(8, dtype=torch.long)}
+    state = model.encode(batch["x"])
+    mean, logvar = state.extras["mean"], 2 * state.extras["std"].log()
+    kl = (-0.5 * (1 + logvar - mean**2 - logvar.exp())).sum(-1).mean()
+    losses = model.extra_losses(batch, state, torch.zeros(8, 2))
+    assert torch.allclose(losses["kl_loss"], 0.5 * kl)
+
+
+def test_sequential_mode_keeps_class_loss_off_the_encoder():
+    model = make(train_intervention_prob=0.0).train()
+    batch = {"x": torch.randn(8, 12), "c": torch.ones(8, 7), "y": torch.ones(8, dtype=torch.long)}
+    state = model.encode(batch["x"])
+    model.task_logits_for_training(batch, state).sum().backward()
+    assert model.mean_head.weight.grad is None and model.class_map.weight.grad is not None
+
+
+def test_zero_concepts_removes_the_concept_from_the_class_predictor():
+    model = make(zero_concepts=["knees"])
+    k = NAMES.index("knees")
+    with torch.no_grad():
+        state = model.encode(torch.randn(6, 12))
+        one = model.intervene(state, torch.ones(6, 7, dtype=torch.bool), torch.ones(6, 7))
+        values = torch.ones(6, 7)
+        values[:, k] = 0.0
+        other = model.intervene(state, torch.ones(6, 7, dtype=torch.bool), values)
+    assert torch.equal(model.predict(one), model.predict(other))
+
+
+@pytest.mark.parametrize("bad", [{"kl_weight": -1.0}, {"scale_init": 0.0}, {"n_samples_train": 0}, {"training": "bogus"}])
+def test_bad_config_fails_with_one_line(bad):
+    with pytest.raises(ConfigError) as err:
+        build_model({"name": "probcbm", **bad}, INFO)
+    assert "\n" not in str(err.value)
