@@ -11,6 +11,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 
 def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | None = None, title: str | None = None) -> Path:
@@ -44,6 +45,8 @@ def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | N
     ax_req.set_xlabel("budget k")
     ax_req.set_ylabel("concepts requested per example")
     ax_req.grid(alpha=0.3)
+    for ax in (ax_acc, ax_req):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -60,7 +60,11 @@ def mlp(sizes: list[int], dropout: float = 0.0, last_act: bool = False) -> nn.Se
 
 
 class SmallCNN(nn.Module):
-    """Conv-BN-ReLU-pool blocks, global average pool, linear projection."""
+    """Conv-BN-ReLU-pool blocks, pooled to a fixed ``grid x grid`` map and flattened.
+
+    Keeping a coarse spatial grid (rather than a global average) tells the projection
+    *where* a part is: knees and elbows are both round joints, told apart by height.
+    """
 
     def __init__(self, cfg: BackboneConfig, in_channels: int):
         super().__init__()
@@ -69,12 +73,12 @@ class SmallCNN(nn.Module):
         for width in cfg.channels:
             blocks += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
             c = width
-        self.features = nn.Sequential(*blocks)
-        self.proj = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c, cfg.out_dim), nn.ReLU())
+        self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(cfg.grid))
+        self.proj = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c * cfg.grid**2, cfg.out_dim), nn.ReLU())
         self.out_dim = cfg.out_dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.features(x).mean(dim=(2, 3)))
+        return self.proj(self.features(x))
 
 
 @register_backbone("cnn")

@@ -77,19 +77,31 @@ def expected_collisions(probs: Tensor, member: Tensor) -> Tensor:
 
 
 class GroupValidity(nn.Module):
-    """Digit log-probabilities ``[B, 729]`` -> 27 group-validity logits ``a - b * C_g``."""
+    """Digit log-probabilities ``[B, 729]`` -> 27 group-validity logits ``a - b * (1 - exp(-C_g))``.
 
-    def __init__(self, offset: float = 6.0, scale: float = 12.0):
+    ``exp(-C)`` is the Poisson estimate of "no digit repeats in the group", so the score
+    ``1 - exp(-C)`` is 0 for a surely valid group and >= 1 - 1/e for a surely invalid one;
+    the defaults put the threshold in the middle, ``a = b (1 - 1/e) / 2``. The score
+    saturates for a near-uniform (untrained) reader, so the concept loss nudges rather
+    than overrides the digit supervision early in training.
+    """
+
+    def __init__(self, scale: float = 16.0, offset: float | None = None):
         super().__init__()
+        if offset is None:
+            offset = scale * (1.0 - math.exp(-1.0)) / 2
+        if not 0.0 < offset < scale * (1.0 - math.exp(-1.0)):
+            raise ValueError("GroupValidity: need 0 < offset < scale * (1 - 1/e) to read one-hot boards exactly")
         self.register_buffer("member", group_membership(), persistent=False)
         self.offset = nn.Parameter(torch.tensor(float(offset)))
         self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
 
     def collisions(self, features: Tensor) -> Tensor:
+        """Expected same-digit pairs ``C`` per group ``[B, 27]``."""
         return expected_collisions(digit_log_probs(features).exp(), self.member.to(features.dtype))
 
     def forward(self, features: Tensor) -> Tensor:
-        return self.offset - self.log_scale.exp() * self.collisions(features)
+        return self.offset + self.log_scale.exp() * torch.expm1(-self.collisions(features))
 
 
 class SudokuCellReader(nn.Module):

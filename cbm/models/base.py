@@ -31,12 +31,19 @@ LOGIT_CLAMP = 20.0
 def prob_to_logit(p: Tensor) -> Tensor:
     """Inverse sigmoid, clamped so 0/1 map to finite logits.
 
-    Computed without ever taking ``logit`` of exactly 0 or 1 (infinities are ~10x slower on
-    CPU, and interventions set exact 0/1 values on every call); the results are identical.
+    Computed without taking ``logit`` of exactly 0 or 1 and without ``where``/``masked_fill``
+    (on CPU, infinities and masked selects are several times slower, and interventions set
+    exact 0/1 values on every call); the results are identical to
+    ``torch.logit(p.clamp(0, 1)).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)``.
     """
-    fi = torch.finfo(p.dtype) if p.is_floating_point() else torch.finfo(torch.float32)
-    inner = torch.logit(p.clamp(fi.tiny, 1.0 - fi.eps / 2))
-    return torch.where(p >= 1.0, LOGIT_CLAMP, inner).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
+    if p.dtype not in (torch.float32, torch.float64, torch.bfloat16):  # logit(tiny) > -20 in float16
+        return torch.logit(p.clamp(0.0, 1.0), eps=None).clamp(-LOGIT_CLAMP, LOGIT_CLAMP)
+    fi = torch.finfo(p.dtype)
+    hi = 1.0 - fi.eps / 2  # the largest float below 1
+    q = p.clamp(0.0, 1.0)
+    inner = torch.logit(q.clamp(fi.tiny, hi))
+    bump = (q - hi).clamp_(min=0.0).mul_(4 * LOGIT_CLAMP / fi.eps)  # 2 * LOGIT_CLAMP where q == 1, else 0
+    return inner.add_(bump).clamp_(-LOGIT_CLAMP, LOGIT_CLAMP)
 
 
 def build_head(cfg: HeadConfig, in_dim: int, n_out: int) -> nn.Module:
@@ -44,6 +51,18 @@ def build_head(cfg: HeadConfig, in_dim: int, n_out: int) -> nn.Module:
     if cfg.kind == "linear":
         return nn.Linear(in_dim, n_out)
     return mlp([in_dim, *([cfg.hidden] * (cfg.layers - 1)), n_out])
+
+
+def concept_hint(backbone: nn.Module, n_concepts: int) -> nn.Module | None:
+    """The backbone's own concept layer (Sudoku group validity), or ``None``. Architectures that
+    build their own concept representation (CEM, ProbCBM, ECBM) read its logits as ``n_concepts``
+    extra features (:func:`with_hint`), so they see what a CBM's concept layer sees."""
+    return backbone.make_concept_layer(n_concepts) if hasattr(backbone, "make_concept_layer") else None
+
+
+def with_hint(features: Tensor, hint: nn.Module | None) -> Tensor:
+    """``features`` with the hint layer's concept logits appended (unchanged without a hint)."""
+    return features if hint is None else torch.cat([features, hint(features)], dim=1)
 
 
 class ConceptModel(L.LightningModule):
@@ -178,7 +197,12 @@ class ConceptModel(L.LightningModule):
 
     def configure_optimizers(self):
         o = self.cfg.optim
-        params = [p for p in self.parameters() if p.requires_grad]
+        head = getattr(self, "head", None)
+        head_ids = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) else set()
+        body = [p for p in self.parameters() if p.requires_grad and id(p) not in head_ids]
+        params = [{"params": body}]
+        if head_ids:
+            params.append({"params": [p for p in head.parameters() if p.requires_grad], "lr": o.head_lr or o.lr})
         if o.name == "sgd":
             opt = torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay, momentum=0.9)
         else:

@@ -17,14 +17,14 @@ unlike the reference code, which tiles one mask across the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, build_head, replace_concepts
-from cbm.models.config import ModelConfig
+from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, replace_concepts, with_hint
+from cbm.models.config import ModelConfig, OptimConfig
 from cbm.models.state import ConceptState
 
 
@@ -33,6 +33,8 @@ class CEMConfig(ModelConfig):
     """CEM knobs; defaults are the reference implementation's (``mateoespinosa/cem``)."""
 
     name: str = "cem"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
     #: Size ``k`` of each concept's positive / negative embedding.
     emb_size: int = 16
     #: RandInt probability of intervening on a concept during training (per sample and concept).
@@ -56,14 +58,16 @@ class CEM(ConceptModel):
 
     def build(self) -> None:
         m, k = self.n_concepts, self.cfg.emb_size
+        self.hint = concept_hint(self.backbone, m)
         # One linear map == m independent per-concept generators (their outputs are disjoint blocks).
-        self.context = nn.Linear(self.backbone.out_dim, m * 2 * k)
+        self.context = nn.Linear(self.backbone.out_dim + (m if self.hint is not None else 0), m * 2 * k)
         self.score = nn.Linear(2 * k, 1)  # shared across concepts (reference default)
         self.head = build_head(self.cfg.head, m * k, self.n_classes)
 
     def encode(self, x: Tensor) -> ConceptState:
         features = self.backbone(x)
-        ctx = F.leaky_relu(self.context(features)).view(len(features), self.n_concepts, 2 * self.cfg.emb_size)
+        ctx = F.leaky_relu(self.context(with_hint(features, self.hint)))
+        ctx = ctx.view(len(features), self.n_concepts, 2 * self.cfg.emb_size)
         logits = self.score(ctx).squeeze(-1)
         c_pos, c_neg = ctx.chunk(2, dim=-1)
         return ConceptState(

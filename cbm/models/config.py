@@ -13,7 +13,9 @@ class BackboneConfig:
     """Encoder ``x -> features``; ``auto`` picks by modality (cnn / mlp / text_bag)."""
 
     name: str = "auto"
-    channels: list[int] = field(default_factory=lambda: [32, 64, 128])
+    channels: list[int] = field(default_factory=lambda: [16, 32, 64])
+    #: CNN: side of the pooled feature map that is flattened (1 = global average pooling).
+    grid: int = 4
     hidden: list[int] = field(default_factory=lambda: [128, 128])
     out_dim: int = 128
     embed_dim: int = 64
@@ -24,7 +26,7 @@ class BackboneConfig:
     def __post_init__(self) -> None:
         if self.name not in BACKBONES:
             raise ValueError(f"backbone.name must be one of {BACKBONES}, got '{self.name}'")
-        if self.out_dim <= 0 or self.embed_dim <= 0 or any(h <= 0 for h in [*self.channels, *self.hidden]):
+        if self.out_dim <= 0 or self.embed_dim <= 0 or self.grid <= 0 or any(h <= 0 for h in [*self.channels, *self.hidden]):
             raise ValueError("backbone sizes must be positive")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"backbone.dropout must be in [0, 1), got {self.dropout}")
@@ -49,14 +51,17 @@ class HeadConfig:
 class OptimConfig:
     name: str = "adam"
     lr: float = 1e-3
+    #: Learning rate of the label predictor (``head``); ``None`` uses ``lr``. The head of an
+    #: independent CBM is a small convex problem that converges far faster at a higher rate.
+    head_lr: float | None = None
     weight_decay: float = 0.0
     scheduler: str = "none"
 
     def __post_init__(self) -> None:
         if self.name not in ("adam", "adamw", "sgd"):
             raise ValueError(f"optim.name must be adam, adamw or sgd, got '{self.name}'")
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.lr}")
+        if self.lr <= 0 or (self.head_lr is not None and self.head_lr <= 0):
+            raise ValueError(f"optim.lr and optim.head_lr must be > 0, got {self.lr}, {self.head_lr}")
         if self.scheduler not in ("none", "cosine"):
             raise ValueError(f"optim.scheduler must be 'none' or 'cosine', got '{self.scheduler}'")
 

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, prob_to_logit
-from cbm.models.config import ModelConfig
+from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, with_hint
+from cbm.models.config import ModelConfig, OptimConfig
 from cbm.models.state import ConceptState
 
 
@@ -64,6 +64,8 @@ class ECBMConfig(ModelConfig):
     """
 
     name: str = "ecbm"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
     task_loss_weight: float = 3.0
     global_loss_weight: float = 1.0
     #: Width of the energy networks (reference ``hid_size`` 512 = a quarter of its 2048-d features;
@@ -112,8 +114,10 @@ class ECBM(ConceptModel):
 
     def build(self) -> None:
         m, k, h = self.n_concepts, self.n_classes, self.cfg.hidden_dim
-        self.proj_xy = nn.Linear(self.backbone.out_dim, h)
-        self.proj_xc = nn.Linear(self.backbone.out_dim, h)
+        self.hint = concept_hint(self.backbone, m)
+        in_dim = self.backbone.out_dim + (m if self.hint is not None else 0)
+        self.proj_xy = nn.Linear(in_dim, h)
+        self.proj_xc = nn.Linear(in_dim, h)
         self.class_emb = nn.Parameter(torch.randn(k, h))
         #: Concept embeddings ``[2,m,h]``: index 0 negative, 1 positive; shared by E_xc and E_cy.
         self.concept_emb = nn.Parameter(torch.randn(2, m, h))
@@ -125,10 +129,11 @@ class ECBM(ConceptModel):
         self.head_xc_b = nn.Parameter(torch.empty(m).uniform_(-bound, bound))
 
     # ------------------------------------------------------------------ energies
-    def _hidden(self, features: Tensor) -> tuple[Tensor, Tensor]:
-        """Projections of the features for E_xy and E_xc (dropout in training only)."""
-        p = self.cfg.dropout if self.training else 0.0
-        return F.dropout(self.proj_xy(features), p, self.training), F.dropout(self.proj_xc(features), p, self.training)
+    def _hidden(self, features: Tensor, dropout: bool = False) -> tuple[Tensor, Tensor]:
+        """Projections of the features for E_xy and E_xc (dropout only for the training losses)."""
+        p = self.cfg.dropout if dropout and self.training else 0.0
+        features = with_hint(features, self.hint)
+        return F.dropout(self.proj_xy(features), p, p > 0), F.dropout(self.proj_xc(features), p, p > 0)
 
     def _global_affine(self) -> tuple[Tensor, Tensor]:
         """``P [s_1..s_m] = g0 + c @ G`` with ``s_i`` alignment-masked: ``g0 [h]``, ``G [m,h]``.
@@ -196,7 +201,7 @@ class ECBM(ConceptModel):
             z = features.detach().clone()
             affine = self._global_affine()
             rows = torch.arange(len(z), device=z.device)
-            work = [self.proj_xy(z), self.proj_xc(z), fixed.clone(), values.detach().to(z.dtype).clone()]
+            work = [*self._hidden(z), fixed.clone(), values.detach().to(z.dtype).clone()]
             work.append(self._weights(fixed.any(1)).to(z.dtype))
             a, b = a_out.clone(), b_out.clone()
             for _ in range(cfg.infer_steps):
@@ -232,7 +237,7 @@ class ECBM(ConceptModel):
     def encode(self, x: Tensor) -> ConceptState:
         """Concepts inferred by joint-energy minimisation (training mode: the E_xc posterior only)."""
         features = self.backbone(x)
-        _, h_xc = self._hidden(features)
+        _, h_xc = self._hidden(features, dropout=True)
         logits = self.posterior_logits(h_xc)
         state = ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
         if self.training:
@@ -270,7 +275,7 @@ class ECBM(ConceptModel):
     # ------------------------------------------------------------------ training
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
         """``-E_xy(x, y)``: the class loss ``E_xy(x, y) + logsumexp(-E_xy)`` is cross-entropy on it."""
-        h_xy, _ = self._hidden(state.extras["features"])
+        h_xy, _ = self._hidden(state.extras["features"], dropout=True)
         return -_energy(h_xy.unsqueeze(1), self._class_emb(), self.head_xy.weight[0], self.head_xy.bias)
 
     def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:

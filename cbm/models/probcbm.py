@@ -26,14 +26,14 @@ given value (``sigma = 0``, ``mu = v a^+ + (1 - v) a^-``), so every sample is th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, prob_to_logit, replace_concepts
-from cbm.models.config import ModelConfig
+from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts, with_hint
+from cbm.models.config import ModelConfig, OptimConfig
 from cbm.models.state import ConceptState
 
 #: Log-variance clip: the reference's upper bound 10, and a lower bound so sigma never underflows.
@@ -51,6 +51,8 @@ class ProbCBMConfig(ModelConfig):
 
     name: str = "probcbm"
     training: str = "sequential"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
     #: Dimension ``d`` of each concept embedding (reference ``hidden_dim``).
     emb_size: int = 16
     #: Dimension of the class embedding space (reference ``class_hidden_dim``).
@@ -86,8 +88,10 @@ class ProbCBM(ConceptModel):
 
     def build(self) -> None:
         m, d, cfg = self.n_concepts, self.cfg.emb_size, self.cfg
-        self.mean_head = nn.Linear(self.backbone.out_dim, m * d)
-        self.logvar_head = nn.Linear(self.backbone.out_dim, m * d)
+        self.hint = concept_hint(self.backbone, m)
+        in_dim = self.backbone.out_dim + (m if self.hint is not None else 0)
+        self.mean_head = nn.Linear(in_dim, m * d)
+        self.logvar_head = nn.Linear(in_dim, m * d)
         #: Concept prototypes ``[2,m,d]``: index 0 negative, 1 positive (reference ``use_neg_concept``).
         self.prototypes = nn.Parameter(nn.init.trunc_normal_(torch.empty(2, m, d), std=d**-0.5))
         self.concept_scale = nn.Parameter(torch.tensor(cfg.scale_init))
@@ -106,8 +110,9 @@ class ProbCBM(ConceptModel):
     def distribution(self, features: Tensor) -> tuple[Tensor, Tensor]:
         """Mean (unit norm) and clipped log-variance ``[B,m,d]`` of each concept embedding."""
         shape = (len(features), self.n_concepts, self.cfg.emb_size)
-        mean = F.normalize(self.mean_head(features).view(shape), dim=-1)
-        logvar = self.logvar_head(features).view(shape).clamp(*LOGVAR_RANGE)
+        h = with_hint(features, self.hint)
+        mean = F.normalize(self.mean_head(h).view(shape), dim=-1)
+        logvar = self.logvar_head(h).view(shape).clamp(*LOGVAR_RANGE)
         return mean, logvar
 
     @staticmethod

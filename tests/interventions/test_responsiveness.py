@@ -121,7 +121,7 @@ def _models(m: int, seed: int):
 def test_exact_search_equals_brute_force(seed, prior):
     g = torch.Generator().manual_seed(100 + seed)
     m = 4 + seed  # 4..6
-    b = 5
+    b = 4
     labels = (torch.rand(40, m, generator=g) < 0.4).float() if prior == "empirical" else None
     pr = EmpiricalPrior(labels) if labels is not None else None
     for name, model in _models(m, seed).items():

@@ -62,12 +62,12 @@ def test_intervention_propagates_through_the_global_energy():
     deltas = {}
     for cy in (0.0, 5.0):
         weights = {"xy": 1.0, "xc": 1.0, "cy": cy}
-        model = make(infer_weights={"xy": 1.0, "xc": 1.0, "cy": 0.0}, intervene_weights=weights, infer_steps=200)
+        model = make(infer_weights={"xy": 1.0, "xc": 1.0, "cy": 0.0}, intervene_weights=weights, infer_tol=1e-2)
         with torch.no_grad():
             state = model.encode(x)
             new = model.intervene(state, mask, 1 - state.probs.round())
         deltas[cy] = (new.probs - state.probs)[:, 1:].abs().max().item()
-    assert deltas[0.0] < 1e-3 < deltas[5.0]
+    assert deltas[0.0] == 0.0 and deltas[5.0] > 1e-2
 
 
 def test_global_energy_sees_soft_concepts():
@@ -98,7 +98,7 @@ def test_inference_is_deterministic_bounded_and_batch_independent():
 
 
 def test_predict_from_a_minimum_changes_nothing():
-    model = make(infer_steps=500)
+    model = make(infer_steps=500, infer_tol=1e-3)
     with torch.no_grad():
         state = model.encode(torch.randn(8, 12))
         again = model._infer_state(state, state.extras["y_logits"])

@@ -101,12 +101,14 @@ def test_kl_term_matches_the_formula():
     assert torch.allclose(losses["kl_loss"], 0.5 * kl)
 
 
-def test_sequential_mode_keeps_class_loss_off_the_encoder():
-    model = make(train_intervention_prob=0.0).train()
+@pytest.mark.parametrize("training, reaches_encoder", [("sequential", False), ("independent", False), ("joint", True)])
+def test_training_modes_decide_whether_the_class_loss_reaches_the_encoder(training, reaches_encoder):
+    model = make(training=training, train_intervention_prob=0.0).train()
     batch = {"x": torch.randn(8, 12), "c": torch.ones(8, 7), "y": torch.ones(8, dtype=torch.long)}
     state = model.encode(batch["x"])
     model.task_logits_for_training(batch, state).sum().backward()
-    assert model.mean_head.weight.grad is None and model.class_map.weight.grad is not None
+    assert (model.mean_head.weight.grad is not None) == reaches_encoder
+    assert model.class_map.weight.grad is not None
 
 
 def test_zero_concepts_removes_the_concept_from_the_class_predictor():
