@@ -22,11 +22,15 @@ Evaluation is vectorised: no Python loop runs per subset or per assignment.
 * *Fast path* for heads that are linear in the concept probabilities (the model's
   ``linear_head()`` hook returns ``(W, b)``): setting ``S`` to ``a`` moves the task
   logits by ``W[:, S] (a - p_S)``, so the logits of all pairs are built level by
-  level (a size-``s`` pair is its size-``s-1`` parent plus one concept's term)
-  with a gather and an add per level.
+  level (a size-``s`` pair is its size-``s-1`` parent plus one concept's term); in
+  colexicographic order the largest level is a concatenation of prefixes of the
+  previous one, so it needs no gather at all (:class:`ColexLevel`).
 * *Generic path* for any architecture: all (example, subset, assignment) rows are
   built as masks/values and sent through ``model.intervene`` + ``model.predict``
-  in chunks that bound memory.
+  in chunks that bound memory (``chunk_mb``).
+
+Greedy steps are vectorised the same way over examples x candidate concepts x
+assignments (enumerated up to ``max_assignments``, sampled from the prior beyond).
 
 :func:`responsiveness_loop` is the plain per-subset Python loop, kept as a
 reference (tests, benchmark baseline).
@@ -452,9 +456,9 @@ def _batch_step(n_rows_per_example: int, bytes_per_row: int, chunk_mb: float) ->
     return max(1, int(chunk_mb * 2**20) // max(1, n_rows_per_example * bytes_per_row))
 
 
-#: The fast path works on blocks of about this many (pair, example) rows, so its temporaries
-#: stay in cache (a larger ``chunk_mb`` does not make it faster).
-FAST_BLOCK_ROWS = 1 << 18
+#: The fast path works on blocks of at most this many examples (its per-concept blocks then stay
+#: small enough for the cache; a larger ``chunk_mb`` does not make it faster).
+FAST_BLOCK_EXAMPLES = 128
 
 
 def _by_concept(t: Tensor) -> Tensor:
@@ -494,7 +498,7 @@ def _exact_fast(lin: _Linear, state: ConceptState, table: SubsetTable, prior: Pr
             for lv, cl in zip(table.levels, plan)
         ]
     p_max = max(lv.n_pairs for lv in table.levels)
-    step = max(1, min(_batch_step(p_max, 4 * (2 * terms[0, 0, 0].numel() + 3), chunk_mb), max(1, FAST_BLOCK_ROWS // max(1, p_max // 64))))
+    step = max(1, min(_batch_step(p_max, 4 * (2 * terms[0, 0, 0].numel() + 3), chunk_mb), FAST_BLOCK_EXAMPLES))
     for b0 in range(0, b, step):
         blk = slice(b0, b0 + step)
         tb = _by_concept(terms[blk])  # [m, 2, Bc(, C)]
@@ -675,12 +679,6 @@ def greedy_chain(
         return _greedy_sampled(model, st, lin, yhat, samples[0], base_idx, chosen, cand, chunk_mb)
 
     return greedy_search(extend, available, k)
-
-
-def _ext(t: Tensor, fill: float = 0.0) -> Tensor:
-    """Append a "none" concept (index m) along dim 1."""
-    pad = torch.full_like(t[:, :1], fill)
-    return torch.cat([t, pad], dim=1)
 
 
 def _greedy_enum(model, st, lin, yhat, prior, base_idx, chosen, cand, chunk_mb) -> Tensor:

@@ -13,11 +13,14 @@ under independent cells,
 
     C_g = sum_{i<j in g} <p_i, p_j> = (sum_d n_d**2 - sum_i |p_i|**2) / 2,   n_d = sum_{i in g} p_i[d],
 
-is 0 for a valid group and >= 1 for an invalid one when the digits are read with certainty
-(``exp(-C)`` is the Poisson approximation of "all nine distinct"). Concept logit
-``a - b * C`` with a learnable offset ``a`` and scale ``b`` (init 6 and 12: threshold
-``C = 0.5``), so a perfect reader gives exactly correct concepts at init, and unlike
-``sum_d (n_d - 1)**2`` the score has a gradient at the uniform (untrained) reader.
+is 0 for a valid group and >= 1 for an invalid one when the digits are read with certainty.
+``exp(-C)`` is the Poisson estimate of "no digit repeats", and the concept logit is
+``a - b * (1 - exp(-C))`` with a learnable offset ``a`` and scale ``b`` (init ``b = 16``,
+``a = b (1 - 1/e) / 2``: logits about +-5 for a one-hot reader), so a perfect reader gives
+exactly correct concepts at init. Unlike ``sum_d (n_d - 1)**2`` the score has a gradient at a
+uniform (untrained) reader, and because it saturates there (``C = 4``) the concept loss
+cannot swamp the digit supervision early in training (a linear ``a - b * C`` with a
+confident ``b`` made the reader collapse to confidently wrong digits).
 
 ``aux_loss(features, batch)``: digit cross-entropy against the generator's ``batch["board"]``
 (weighted by ``model.backbone.aux_weight``; 0 trains the reader from the concepts alone,
@@ -52,7 +55,9 @@ def cell_size_for(side: int) -> int:
     while image_size(cs) < side:
         cs += 1
     if image_size(cs) != side:
-        raise ValueError(f"sudoku_cells: a {side} px image is not a rendered Sudoku board (no cell size gives it)")
+        raise ValueError(
+            f"sudoku_cells: a {side} px image is not a rendered Sudoku board (no cell size gives it)"
+        )
     return cs
 
 
@@ -91,7 +96,9 @@ class GroupValidity(nn.Module):
         if offset is None:
             offset = scale * (1.0 - math.exp(-1.0)) / 2
         if not 0.0 < offset < scale * (1.0 - math.exp(-1.0)):
-            raise ValueError("GroupValidity: need 0 < offset < scale * (1 - 1/e) to read one-hot boards exactly")
+            raise ValueError(
+                "GroupValidity: need 0 < offset < scale * (1 - 1/e) to read one-hot boards exactly"
+            )
         self.register_buffer("member", group_membership(), persistent=False)
         self.offset = nn.Parameter(torch.tensor(float(offset)))
         self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
@@ -118,9 +125,13 @@ class SudokuCellReader(nn.Module):
     def __init__(self, cfg: BackboneConfig, info: DataInfo, cell_px: int = CELL_PX):
         super().__init__()
         if info.modality != "image" or len(info.in_shape) != 3 or info.in_shape[1] != info.in_shape[2]:
-            raise ValueError(f"backbone 'sudoku_cells' needs square board images, got {info.modality} {info.in_shape}")
+            raise ValueError(
+                f"backbone 'sudoku_cells' needs square board images, got {info.modality} {info.in_shape}"
+            )
         if info.n_concepts not in (0, N_GROUPS):
-            raise ValueError(f"backbone 'sudoku_cells' reads the 27 Sudoku checks, the dataset has {info.n_concepts} concepts")
+            raise ValueError(
+                f"backbone 'sudoku_cells' reads the 27 Sudoku checks, the dataset has {info.n_concepts} concepts"
+            )
         self.side = int(info.in_shape[1])
         self.cell_size = cell_size_for(self.side)
         self.cell_px = int(cell_px)
@@ -128,7 +139,11 @@ class SudokuCellReader(nn.Module):
         c, h = 1, self.cell_px
         for width in cfg.channels:  # strided convs: cheap on the B*81 crops of a batch
             stride = 2 if h >= 4 else 1
-            blocks += [nn.Conv2d(c, width, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU()]
+            blocks += [
+                nn.Conv2d(c, width, 3, stride=stride, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+            ]
             h = (h - 1) // stride + 1
             c = width
         self.features = nn.Sequential(*blocks)
@@ -142,7 +157,9 @@ class SudokuCellReader(nn.Module):
             raise ValueError(f"sudoku_cells: expected boards [B,C,S,S], got {tuple(x.shape)}")
         cs = cell_size_for(int(x.shape[-1]))
         grid = 9 * cs
-        ink = 1.0 - x[:, :, :grid, :grid].float().mean(dim=1, keepdim=True)  # drop the outer border
+        x = x[:, :, :grid, :grid]  # drop the outer bottom / right border
+        x = x.float().div(255.0) if x.dtype == torch.uint8 else x.float()
+        ink = 1.0 - x.mean(dim=1, keepdim=True)
         h = self.cell_px
         # cell k spans [k*cs, (k+1)*cs) = pooling bins [k*h, (k+1)*h): no window crosses a cell edge
         small = ink if cs == h else F.adaptive_avg_pool2d(ink, 9 * h)
@@ -170,10 +187,17 @@ class SudokuCellReader(nn.Module):
     def aux_loss(self, features: Tensor | None, batch: dict[str, Tensor]) -> Tensor:
         """Mean digit cross-entropy against ``batch["board"]`` (cells outside 1..9 are ignored)."""
         if features is None or "board" not in batch:
-            raise ValueError("sudoku_cells aux_loss needs the reader's features and the batch's 'board' digits")
+            raise ValueError(
+                "sudoku_cells aux_loss needs the reader's features and the batch's 'board' digits"
+            )
         target = batch["board"].reshape(len(features), N_CELLS).long() - 1
-        target = target.masked_fill((target < 0) | (target >= N_DIGITS), -100)
-        return F.nll_loss(digit_log_probs(features).reshape(-1, N_DIGITS), target.reshape(-1), ignore_index=-100)
+        known = (target >= 0) & (target < N_DIGITS)
+        if not bool(known.any()):
+            return features.sum() * 0.0
+        target = target.masked_fill(~known, -100)
+        return F.nll_loss(
+            digit_log_probs(features).reshape(-1, N_DIGITS), target.reshape(-1), ignore_index=-100
+        )
 
 
 @register_backbone("sudoku_cells")

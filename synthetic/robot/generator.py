@@ -43,7 +43,7 @@ from synthetic.robot.config import RobotConfig
 from synthetic.robot.renderer import render
 
 #: Bump when the output for a given config changes (part of the cache key).
-ROBOT_VERSION = 1
+ROBOT_VERSION = 2  # 2: extra["c_clean"]
 #: ``y = 1`` is Glorp, ``y = 0`` Drent.
 CLASS_NAMES = ["Drent", "Glorp"]
 _STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5}
@@ -114,11 +114,12 @@ def generate(cfg: RobotConfig) -> SyntheticData:
     rates = np.asarray(cfg.noise_rates(chosen.names), dtype=np.float64)
     sizes = cfg.split_sizes
 
-    metas, ys, cs, c_trues, texts = [], [], [], [], []
+    metas, ys, cs, cleans, c_trues, texts = [], [], [], [], [], []
     for name, code in SPLITS.items():
         meta, y = _sample_split(cfg, sizes[name], code)
         table = attribute_table(meta)
         c = chosen.evaluate(table)
+        cleans.append(c.copy())
         flips = _rng(cfg, "noise", code).random(c.shape) < rates[None, :]
         c[flips] = 1.0 - c[flips]
         metas.append(meta)
@@ -163,6 +164,8 @@ def generate(cfg: RobotConfig) -> SyntheticData:
         class_names=list(CLASS_NAMES),
         meta_names=list(META_NAMES),
         modality=cfg.modality,
+        # Noise-free values of the chosen concept set: what an oracle intervener supplies.
+        extra={"c_clean": np.concatenate(cleans).astype(np.float32)},
         info=info,
     )
 

@@ -317,3 +317,23 @@ def test_policy_cache_reuses_one_evaluation_for_all_budgets(monkeypatch):
         assert torch.equal(mask, fresh.select(model, state, k))
     assert pol.search(model, state, 8).method == "greedy"
     assert math.isfinite(float(pol.last.resp.max()))
+
+
+def test_chunking_does_not_change_results(monkeypatch):
+    import cbm.interventions.responsiveness as R
+
+    g = torch.Generator().manual_seed(3)
+    labels = (torch.rand(30, 6, generator=g) < 0.5).float()
+    for model in (random_linear(6, 2, 1), random_linear(6, 3, 2), ToyCEM(6, 2, seed=4).eval()):
+        state = model.encode(torch.randn(9, 6, generator=g))
+        table = subset_table(6, 3)
+        for pr in (None, EmpiricalPrior(labels)):
+            for fast in PATHS:
+                big = subset_responsiveness(model, state, table, pr, fast_path=fast)
+                with monkeypatch.context() as mp:
+                    mp.setattr(R, "FAST_BLOCK_EXAMPLES", 2)  # the fast path in blocks of 2 examples
+                    small = subset_responsiveness(model, state, table, pr, fast_path=fast, chunk_mb=0.05)
+                torch.testing.assert_close(small, big, atol=1e-6, rtol=0)
+            o1, v1 = greedy_chain(model, state, 4, pr)
+            o2, v2 = greedy_chain(model, state, 4, pr, chunk_mb=0.05)
+            assert torch.equal(o1, o2) and torch.allclose(v1, v2, atol=1e-6)

@@ -366,3 +366,13 @@ def test_vectorised_render_matches_pil_reference(images):
     for size in (32, 64):
         diff = np.abs(render(meta, size).astype(int) - render_reference(meta, size).astype(int))
         assert diff.mean() < 1.0 and np.percentile(diff, 99) < 40
+
+
+def test_oracle_values_are_noise_free():
+    """``c_clean`` holds the chosen set's exact values; only ``c`` carries annotation noise."""
+    from synthetic.robot.concepts import load_concept_set
+
+    noisy = generate(RobotConfig(modality="tabular", concept_set="fine", concept_noise=0.3, n_train=500, n_calib=0, n_test=500))
+    exact = load_concept_set("fine").evaluate(attribute_table(noisy.meta))
+    np.testing.assert_array_equal(noisy.extra["c_clean"], exact)
+    assert 0.2 < (noisy.c != noisy.extra["c_clean"]).mean() < 0.4
