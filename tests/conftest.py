@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hydra import compose, initialize_config_dir
+# One thread per test process: pytest-xdist runs one worker per core, and oversubscribed
+# OpenMP threads slow small torch ops 10-25x on 2 cores. Subprocesses inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from cbm.experiments.common import CONF_DIR
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from cbm.experiments.common import CONF_DIR  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")

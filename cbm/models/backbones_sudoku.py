@@ -116,8 +116,10 @@ class SudokuCellReader(nn.Module):
 
     Parameters
     ----------
-    cfg : ``channels`` (conv widths; each block halves the cell map), ``dropout`` (before
-        the digit classifier), ``aux_weight`` (used by the model).
+    cfg : ``channels`` (widths of 3x3 stride-2 conv blocks; may be empty), then ``hidden``
+        (widths of fully connected layers on the flattened map; may be empty), ``dropout``
+        (before the digit classifier), ``aux_weight`` (used by the model). ``channels: []``
+        gives a per-cell MLP on the raw pixels.
     info : the dataset; ``in_shape = [3, S, S]`` fixes the expected board size.
     cell_px : side every cell is resampled to.
     """
@@ -135,19 +137,25 @@ class SudokuCellReader(nn.Module):
         self.side = int(info.in_shape[1])
         self.cell_size = cell_size_for(self.side)
         self.cell_px = int(cell_px)
-        blocks: list[nn.Module] = []
+        layers: list[nn.Module] = []
         c, h = 1, self.cell_px
         for width in cfg.channels:  # strided convs: cheap on the B*81 crops of a batch
             stride = 2 if h >= 4 else 1
-            blocks += [
+            layers += [
                 nn.Conv2d(c, width, 3, stride=stride, padding=1, bias=False),
                 nn.BatchNorm2d(width),
                 nn.ReLU(),
             ]
             h = (h - 1) // stride + 1
             c = width
-        self.features = nn.Sequential(*blocks)
-        self.classifier = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c * h * h, N_DIGITS))
+        layers.append(nn.Flatten())
+        d = c * h * h
+        for width in cfg.hidden:
+            layers += [nn.Linear(d, width, bias=False), nn.BatchNorm1d(width), nn.ReLU()]
+            d = width
+        layers += [nn.Dropout(cfg.dropout), nn.Linear(d, N_DIGITS)]
+        #: ``[N, 1, h, h]`` cell crops -> ``[N, 9]`` digit scores.
+        self.net = nn.Sequential(*layers)
         self.out_dim = N_CELLS * N_DIGITS
 
     # ------------------------------------------------------------------ reading
@@ -168,7 +176,7 @@ class SudokuCellReader(nn.Module):
 
     def digit_logits(self, x: Tensor) -> Tensor:
         """Unnormalised digit scores ``[B, 81, 9]`` (digit ``d`` at index ``d-1``)."""
-        return self.classifier(self.features(self.cells(x))).view(len(x), N_CELLS, N_DIGITS)
+        return self.net(self.cells(x)).view(len(x), N_CELLS, N_DIGITS)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.log_softmax(self.digit_logits(x), dim=-1).flatten(1)

@@ -39,7 +39,7 @@ def test_calibrated_sudoku_50px_cbm_reaches_the_target_on_test(tmp_path):
                 "model=cbm_sudoku",  # joint CBM: per-cell digit reader + group-validity layer
                 "trainer=cpu_smoke",
                 "trainer.accelerator=auto",
-                "trainer.max_epochs=6",
+                "trainer.max_epochs=8",
                 "batch_size=32",
                 "logger=csv_only",
                 "interventions.ks=[]",
