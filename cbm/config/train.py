@@ -15,7 +15,7 @@ class TrainerConfig:
     strategy: str = "auto"
     precision: str = "32-true"
     deterministic: bool = True
-    #: Stop when ``val/task_acc`` has not improved for this many epochs; 0 disables.
+    #: Stop when ``val/task_loss`` has not improved for this many epochs; 0 disables.
     early_stopping_patience: int = 0
     log_every_n_steps: int = 10
     enable_progress_bar: bool = True

@@ -35,8 +35,10 @@ def register_backbone(name: str):
 
 
 def build_backbone(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
-    """Instantiate the configured backbone; it exposes ``out_dim``."""
-    name = _AUTO[info.modality] if cfg.name == "auto" else cfg.name
+    """Instantiate the configured backbone (``auto``: by dataset and modality); it exposes ``out_dim``."""
+    name = cfg.name
+    if name == "auto":  # Sudoku boards get the per-cell digit reader, everything else goes by modality
+        name = "sudoku_cells" if (info.dataset, info.modality) == ("sudoku", "image") else _AUTO[info.modality]
     if name not in _REGISTRY and name in _LAZY:
         importlib.import_module(_LAZY[name])
     if name not in _REGISTRY:

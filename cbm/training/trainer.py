@@ -11,7 +11,9 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import TrainConfig
 
-MONITOR = "val/task_acc"
+#: Checkpoint / early-stopping metric: the validation task loss keeps improving after the
+#: accuracy saturates (ties in accuracy would keep an under-trained early epoch).
+MONITOR = "val/task_loss"
 
 
 def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger]:
@@ -38,10 +40,10 @@ def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
     callbacks: list[Callback] = [
-        ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=MONITOR, mode="max", save_last=True)
+        ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=MONITOR, mode="min", save_last=True)
     ]
     if t.early_stopping_patience > 0:
-        callbacks.append(EarlyStopping(monitor=MONITOR, mode="max", patience=t.early_stopping_patience))
+        callbacks.append(EarlyStopping(monitor=MONITOR, mode="min", patience=t.early_stopping_patience))
     callbacks += extra_callbacks or []
     return L.Trainer(
         max_epochs=t.max_epochs,
