@@ -14,9 +14,7 @@ budget ``k`` and intervened on together (no Python loop over examples).
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cbm.interventions.base import Intervener, Policy, apply_intervention
+from cbm.interventions.base import Intervener, OracleIntervener, Policy, RandomPolicy, apply_intervention
+from cbm.interventions.interveners import ExpertIntervener
+from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy
 from cbm.selective.abstention import confidence, predictions
 from cbm.selective.calibration import Calibration, calibrate
 from cbm.selective.metrics import (
@@ -40,13 +40,6 @@ from cbm.selective.metrics import (
 
 Batch = dict[str, Tensor]
 
-#: Config names -> class names looked up in :mod:`cbm.interventions` (and its submodules).
-POLICIES = {
-    "random": "RandomPolicy",
-    "uncertainty": "UncertaintyPolicy",
-    "responsiveness": "ResponsivenessPolicy",
-}
-INTERVENERS = {"oracle": "OracleIntervener", "expert": "ExpertIntervener"}
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -249,25 +242,26 @@ def run_automation(
 
 
 # ----------------------------------------------------------------------------- policies / interveners
-def _find_class(name: str, kind: str, table: dict[str, str]) -> type:
+#: Config names of the policies and interveners the automation flow can use.
+_POLICY_CLASSES: dict[str, type] = {
+    "random": RandomPolicy,
+    "uncertainty": UncertaintyPolicy,
+    "responsiveness": ResponsivenessPolicy,
+}
+_INTERVENER_CLASSES: dict[str, type] = {"oracle": OracleIntervener, "expert": ExpertIntervener}
+POLICIES = tuple(_POLICY_CLASSES)
+INTERVENERS = tuple(_INTERVENER_CLASSES)
+
+
+def _construct(table: dict[str, type], kind: str, name: str, seed: int, kwargs: Mapping[str, Any]) -> Any:
+    """``table[name](**kwargs)``, passing ``seed`` to classes that take one; bad names or
+    arguments become one-line ``ValueError``s."""
     if name not in table:
         raise ValueError(f"{kind} must be one of {sorted(table)}, got '{name}'")
-    cls_name = table[name]
-    pkg = importlib.import_module("cbm.interventions")
-    if hasattr(pkg, cls_name):
-        return getattr(pkg, cls_name)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        mod = importlib.import_module(f"cbm.interventions.{info.name}")
-        if hasattr(mod, cls_name):
-            return getattr(mod, cls_name)
-    raise ValueError(f"{kind} '{name}' is not available: cbm.interventions has no {cls_name}")
-
-
-def _construct(cls: type, seed: int, kwargs: Mapping[str, Any]) -> Any:
-    params = inspect.signature(cls).parameters
+    cls = table[name]
     kw = dict(kwargs)
-    if "seed" in params and "seed" not in kw:
-        kw["seed"] = seed
+    if "seed" in inspect.signature(cls).parameters:
+        kw.setdefault("seed", seed)
     try:
         return cls(**kw)
     except TypeError as err:
@@ -276,11 +270,10 @@ def _construct(cls: type, seed: int, kwargs: Mapping[str, Any]) -> Any:
 
 def policy_factory(name: str, seed: int = 0, **kwargs: Any) -> Callable[[], Policy]:
     """A maker of fresh, identically seeded policies ``random | uncertainty | responsiveness``."""
-    cls = _find_class(name, "policy", POLICIES)
-    _construct(cls, seed, kwargs)  # fail now, not inside the flow
-    return lambda: _construct(cls, seed, kwargs)
+    _construct(_POLICY_CLASSES, "policy", name, seed, kwargs)  # fail now, not inside the flow
+    return lambda: _construct(_POLICY_CLASSES, "policy", name, seed, kwargs)
 
 
 def make_intervener(name: str, seed: int = 0, **kwargs: Any) -> Intervener:
     """The intervener ``oracle | expert`` (``kwargs``: e.g. the expert's accuracy)."""
-    return _construct(_find_class(name, "intervener", INTERVENERS), seed, kwargs)
+    return _construct(_INTERVENER_CLASSES, "intervener", name, seed, kwargs)
