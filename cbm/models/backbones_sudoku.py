@@ -1,11 +1,13 @@
-"""Sudoku board reader: a shared per-cell digit CNN and a differentiable group-validity layer.
+"""Sudoku board reader: a shared per-cell digit reader and a differentiable group-validity layer.
 
 ``SudokuCellReader`` (backbone ``sudoku_cells``) maps a rendered board ``x [B,3,S,S]`` to
 ``features [B, 81*9]``: the digit log-probabilities of the 81 cells (row-major cells, digit
 ``d`` at column ``cell*9 + d-1``). Cells are cut with one vectorised op: the grey, inverted
 board without its outer border is area-downsampled to ``9h x 9h`` (``h = cell_px``), which
 keeps every pooling window inside one cell because the cell pitch is exact (see
-:mod:`synthetic.sudoku.render`), then reshaped to ``[B*81, 1, h, h]`` for the shared CNN.
+:mod:`synthetic.sudoku.render`), then reshaped to ``[B*81, 1, h, h]`` for the shared reader (strided convs
+from ``backbone.channels``, then an MLP from ``backbone.hidden``; the ``cbm_sudoku`` preset
+uses a pixel MLP, ``channels: []``).
 
 ``make_concept_layer(27)`` gives :class:`GroupValidity`: for each of the 27 groups (in the
 checker's order ``row1..9, col1..9, box1..9``) the expected number of same-digit cell pairs
@@ -112,7 +114,7 @@ class GroupValidity(nn.Module):
 
 
 class SudokuCellReader(nn.Module):
-    """Shared per-cell digit CNN over the 81 cell crops; features are digit log-probabilities.
+    """Shared per-cell digit reader over the 81 cell crops; features are digit log-probabilities.
 
     Parameters
     ----------
@@ -199,13 +201,12 @@ class SudokuCellReader(nn.Module):
                 "sudoku_cells aux_loss needs the reader's features and the batch's 'board' digits"
             )
         target = batch["board"].reshape(len(features), N_CELLS).long() - 1
-        known = (target >= 0) & (target < N_DIGITS)
-        if not bool(known.any()):
-            return features.sum() * 0.0
-        target = target.masked_fill(~known, -100)
-        return F.nll_loss(
-            digit_log_probs(features).reshape(-1, N_DIGITS), target.reshape(-1), ignore_index=-100
-        )
+        known = ((target >= 0) & (target < N_DIGITS)).to(features.dtype)
+        # elementwise (one-hot product, masked mean) rather than F.nll_loss / boolean indexing,
+        # so the loss is deterministic on CUDA too
+        onehot = F.one_hot(target.clamp(0, N_DIGITS - 1), N_DIGITS).to(features.dtype)
+        nll = -(digit_log_probs(features) * onehot).sum(-1)
+        return (nll * known).sum() / known.sum().clamp_min(1.0)
 
 
 @register_backbone("sudoku_cells")

@@ -208,8 +208,9 @@ class ConceptModel(L.LightningModule):
         else:
             cls = torch.optim.Adam if o.name == "adam" else torch.optim.AdamW
             opt = cls(params, lr=o.lr, weight_decay=o.weight_decay)
-        if o.scheduler == "cosine" and self.trainer is not None and self.trainer.max_epochs:
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(self.trainer.max_epochs, 1))
+        trainer = self._trainer
+        if o.scheduler == "cosine" and trainer is not None and trainer.max_epochs:
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(trainer.max_epochs, 1))
             return {"optimizer": opt, "lr_scheduler": sched}
         return opt
 

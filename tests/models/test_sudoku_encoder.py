@@ -178,6 +178,8 @@ def test_aux_loss_is_digit_cross_entropy(lab):
     torch.testing.assert_close(
         r.aux_loss(F.log_softmax(logits, -1).flatten(1), {"board": torch.from_numpy(holes)}), want
     )
+    empty = r.aux_loss(uniform, {"board": torch.zeros(5, 9, 9, dtype=torch.int8)})
+    assert empty.item() == 0.0  # nothing to supervise, and no NaN
     with pytest.raises(ValueError, match="board"):
         r.aux_loss(uniform, {})
 
