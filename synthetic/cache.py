@@ -31,10 +31,24 @@ def config_hash(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save ``arrays`` to ``path`` so that readers never see a partial file."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_temp(path: Path) -> tuple[int, str]:
+    """A temp file beside ``path`` (same filesystem, so ``os.replace`` is atomic) with the
+    permissions a plain ``open`` would give (``mkstemp`` alone makes it owner-only)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_umask())
+    return fd, tmp
+
+
+def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Save ``arrays`` to ``path`` so that readers never see a partial file."""
+    fd, tmp = make_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)

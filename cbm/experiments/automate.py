@@ -15,8 +15,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from cbm.config import ConfigError, to_dataclass
 from cbm.config.validate import as_dict
-from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, write_json_atomic
+from cbm.experiments.common import (
+    CONF_DIR,
+    clean_errors,
+    markdown_table,
+    write_json_atomic,
+    write_text_atomic,
+)
 from cbm.interventions.evaluate import resolve_ks
 from cbm.selective.abstention import SCORES, uncertainty_threshold
 from cbm.selective.automation import (
@@ -228,11 +232,7 @@ def write_csv_atomic(path: Path, rows: list[dict[str, Any]], columns: list[str])
     w.writeheader()
     for r in rows:
         w.writerow({c: "" if r.get(c) is None else r.get(c) for c in columns})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(buf.getvalue())
-    os.replace(tmp, path)
+    write_text_atomic(path, buf.getvalue())
 
 
 def write_outputs(report: dict[str, Any], out_dir: Path) -> None:

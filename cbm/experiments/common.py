@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
 from typing import Any
 
 from cbm.config import ConfigError
+from synthetic.cache import make_temp
 
 #: The repository's ``conf/`` directory (the only place defaults live).
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
@@ -44,13 +44,22 @@ def clean_errors(prog: str) -> Callable:
     return deco
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` via a temp file + rename, so readers never see a partial file."""
+    fd, tmp = make_temp(path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON via a temp file + rename, so readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, default=float)
-    os.replace(tmp, path)
+    """Atomic JSON file (floats of numpy / torch scalars included)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=float))
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from synthetic.cache import make_temp
 
 
 def plot_risk_coverage(
@@ -70,9 +71,9 @@ def plot_risk_coverage(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
+        fd, tmp = make_temp(path)
         os.close(fd)
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=120, format="png")
         os.replace(tmp, path)
     finally:
         plt.close(fig)
