@@ -73,7 +73,9 @@ class ECBMConfig(ModelConfig):
     hidden_dim: int = 32
     dropout: float = 0.2
     #: Global-energy augmentation: a sample is perturbed with this probability ...
-    perturb_sample_prob: float = 0.2
+    #: Off by default (the reference uses 0.2): flipping concepts while keeping y teaches E_cy a
+    #: noisy rule, and all-true interventions then reached only 97.7% on robot images (99.1% tabular).
+    perturb_sample_prob: float = 0.0
     #: ... and then each of its concepts flipped with this probability.
     perturb_concept_prob: float = 0.2
     #: Joint-energy weights at inference (reference defaults lambda_xy 1, lambda_xc 1, lambda_cy 0.01).
