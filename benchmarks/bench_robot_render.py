@@ -17,28 +17,10 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from timing import best_rate, single_thread  # noqa: E402
 
 from synthetic.robot import RobotConfig, generate  # noqa: E402
 from synthetic.robot.renderer import layer_masks, render, render_reference  # noqa: E402
-
-
-def _single_thread() -> None:
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:  # torch is not needed by the renderer itself
-        pass
-
-
-def _rate(fn, n: int, repeats: int) -> float:
-    """Best-of-``repeats`` images per second of ``fn()`` rendering ``n`` images."""
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return n / best
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -48,7 +30,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--sizes", type=int, nargs="+", default=[32, 64])
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    _single_thread()
+    single_thread()
 
     meta = generate(RobotConfig(modality="tabular", n_train=args.n, val_fraction=0.0, n_calib=0, n_test=0)).meta
     rows = []
@@ -56,9 +38,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t0 = time.perf_counter()
         layer_masks(size)  # one-off mask drawing, cached per size
         setup_s = time.perf_counter() - t0
-        ours = _rate(lambda s=size: render(meta, s), len(meta), args.repeats)
+        ours = best_rate(lambda s=size: render(meta, s), len(meta), args.repeats)
         ref_meta = meta[: args.n_ref]
-        ref = _rate(lambda s=size, m=ref_meta: render_reference(m, s), len(ref_meta), args.repeats)
+        ref = best_rate(lambda s=size, m=ref_meta: render_reference(m, s), len(ref_meta), args.repeats)
         diff = np.abs(render(ref_meta, size).astype(np.int16) - render_reference(ref_meta, size)).mean()
         rows.append({"size": size, "ours": ours, "pil": ref, "ratio": ours / ref, "setup_s": setup_s, "mad": diff})
 

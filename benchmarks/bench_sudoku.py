@@ -32,6 +32,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 from PIL import Image, ImageDraw, ImageFont  # noqa: E402
+from timing import best_rate, single_thread  # noqa: E402
 
 from synthetic.sudoku import (  # noqa: E402
     SudokuConfig,
@@ -46,24 +47,6 @@ from synthetic.sudoku.render import image_size, lined_bank  # noqa: E402
 
 #: The reference code's throughput on this machine (quoted in the issue).
 QUOTED = {"labelled": 2868.0, "render50_handwritten": 2.4, "render50_printed": 33.0}
-
-
-def _single_thread() -> None:
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
-
-
-def _best_rate(fn, n: int, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return n / best
 
 
 # ------------------------------------------------------------------ baselines
@@ -217,7 +200,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
-    _single_thread()
+    single_thread()
     q = args.quick
     n_valid, n_ref_valid = (20_000, 200) if q else (200_000, 2_000)
     n_lab, n_ref_lab = (10_000, 500) if q else (100_000, 5_000)
@@ -233,15 +216,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for i in range(8):
         solve_mip(rng=i)
     mip_ms = (time.perf_counter() - t0) / 8 * 1e3
-    ours = _best_rate(lambda: valid_boards(n_valid, seed=1, n_mip_seeds=32), n_valid, args.repeats)
+    ours = best_rate(lambda: valid_boards(n_valid, seed=1, n_mip_seeds=32), n_valid, args.repeats)
     rng = random.Random(0)
-    base = _best_rate(lambda: [backtrack_board(rng) for _ in range(n_ref_valid)], n_ref_valid, 1)
+    base = best_rate(lambda: [backtrack_board(rng) for _ in range(n_ref_valid)], n_ref_valid, 1)
     add("valid boards/s (32 MIP solves + transforms)", ours, base, note=f"one HiGHS solve ≈ {mip_ms:.0f} ms")
 
     # 2. labelled boards
     cfg = SudokuConfig(modality="tabular", n_train=n_lab, n_val=0, n_calib=0, n_test=0)
-    ours = _best_rate(lambda: labelled_boards(cfg), n_lab, args.repeats)
-    base = _best_rate(lambda: baseline_labelled(n_ref_lab), n_ref_lab, 1)
+    ours = best_rate(lambda: labelled_boards(cfg), n_lab, args.repeats)
+    base = best_rate(lambda: baseline_labelled(n_ref_lab), n_ref_lab, 1)
     bb, bc, by = baseline_labelled(max(n_ref_lab, 4000), seed=1)
     wrong = int(((by == 0) & check_board(bb).all(1)).sum())
     add("labelled boards/s (valid + invalid, 27 concepts)", ours, base, QUOTED["labelled"],
@@ -258,13 +241,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
             setup = time.perf_counter() - t0
             b = boards[:n]
             render_boards(b[:8], cell_size=cell, style=style)  # warm-up
-            ours = _best_rate(lambda b=b, c=cell, s=style: render_boards(b, cell_size=c, style=s), n, args.repeats)
-            base = _best_rate(lambda c=cell, s=style: baseline_render(boards[:n_ref_r], c, s), n_ref_r, 1)
+            ours = best_rate(lambda b=b, c=cell, s=style: render_boards(b, cell_size=c, style=s), n, args.repeats)
+            base = best_rate(lambda c=cell, s=style: baseline_render(boards[:n_ref_r], c, s), n_ref_r, 1)
             quoted = QUOTED.get(f"render50_{style}") if cell == 50 else None
             add(f"rendered boards/s, {cell} px {style}", ours, base, quoted, note=f"glyph banks built once: {setup:.2f} s")
             if cell == 18 and style == "handwritten":  # the sudoku_18px preset: + pencil marks
                 kw = {"cell_size": 18, "style": "handwritten", "pencil_prob": 0.3}
-                ours = _best_rate(lambda b=b, kw=kw: render_boards(b, **kw), n, args.repeats)
+                ours = best_rate(lambda b=b, kw=kw: render_boards(b, **kw), n, args.repeats)
                 add("rendered boards/s, 18 px handwritten + pencil marks (preset)", ours, base, None)
 
     print("| measurement | ours | in-process baseline | ratio | reference code (quoted) | ratio vs quoted | note |")
