@@ -1,26 +1,107 @@
 """In-memory LightningDataModule over a :class:`~synthetic.base.SyntheticData`.
 
-Small synthetic datasets live as tensors in memory and batches are gathered with
-one vectorised index per batch (no per-sample ``__getitem__``, no worker
-processes to restart every epoch).
+Synthetic datasets live as tensors in memory and batches are gathered with one
+vectorised ``index_select`` per batch: no per-sample ``__getitem__`` and no worker
+processes. When attached to a ``Trainer`` the splits move once to the training device
+(``device_resident``), so a step on a GPU never waits on a host-to-device copy.
+
+Batch order is a pure function of ``(seed, epoch)``: each epoch's permutation comes
+from its own generator, not from the global RNG, so a run resumed at an epoch boundary
+sees exactly the batches an uninterrupted run would, whatever else consumed random
+numbers. With several processes (DDP) every *global* batch of ``batch_size`` rows is
+split between the ranks (rank ``r`` takes rows ``r, r + W, ...``): all ranks take the
+same number of steps, and the averaged gradient equals the one-process gradient of the
+same rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from synthetic.base import SyntheticData
 
 Batch = dict[str, torch.Tensor]
 
 
-class TensorBatchDataset(Dataset):
-    """Dataset whose ``__getitem__`` takes a whole list of indices and returns a dict batch."""
+def images_to_float(x: torch.Tensor) -> torch.Tensor:
+    """``uint8 [B,H,W,3]`` -> ``float32 [B,3,H,W]`` in [0, 1]."""
+    return x.permute(0, 3, 1, 2).float().div_(255.0)
+
+
+def stream_seed(seed: int, *keys: int) -> int:
+    """A 63-bit seed of the random stream named by ``keys`` in a run seeded ``seed``
+    (e.g. ``(epoch,)`` for the data order); distinct keys give independent streams."""
+    entropy = [seed & 0xFFFFFFFF, *keys]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class BatchPlan:
+    """Which rows each step of an epoch reads on this rank.
+
+    ``set_epoch`` (called by Lightning at every epoch start) picks the permutation; without
+    ``shuffle`` (evaluation) the order is the split's and no row is dropped. When training, a
+    final global batch smaller than the number of ranks is dropped, so every rank takes the
+    same number of steps (DDP synchronises every backward pass).
+    """
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1):
+        if batch_size < 1 or world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"bad batch plan: batch_size={batch_size}, rank={rank}, world_size={world_size}")
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def order(self) -> torch.Tensor:
+        """Row order of the current epoch (CPU ``int64``)."""
+        if not self.shuffle:
+            return torch.arange(self.n)
+        return torch.randperm(self.n, generator=torch.Generator().manual_seed(stream_seed(self.seed, self.epoch)))
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.n, self.batch_size)
+        if self.shuffle:  # training: every rank takes the same number of steps
+            return full + (1 if rest >= self.world_size else 0)
+        return full + (1 if rest > self.rank else 0)  # evaluation: no row is dropped
+
+    def batches(self, device: torch.device) -> Iterator[torch.Tensor]:
+        """Index tensors on ``device``, one per step."""
+        order = self.order().to(device)
+        for b in range(len(self)):
+            rows = order[b * self.batch_size : (b + 1) * self.batch_size]
+            yield rows[self.rank :: self.world_size] if self.world_size > 1 else rows
+
+
+class TensorBatches:
+    """Iterable of dict batches over in-memory tensors; ``sampler`` is its :class:`BatchPlan`
+    (the attribute Lightning calls ``set_epoch`` on)."""
+
+    #: Lightning inspects DataLoader-like attributes; there is no separate batch sampler.
+    batch_sampler = None
+
+    def __init__(self, tensors: dict[str, torch.Tensor], plan: BatchPlan, image: bool):
+        self.tensors, self.sampler, self.image = tensors, plan, image
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[Batch]:
+        device = next(iter(self.tensors.values())).device
+        for idx in self.sampler.batches(device):
+            batch = {k: v.index_select(0, idx) for k, v in self.tensors.items()}
+            if self.image:
+                batch["x"] = images_to_float(batch["x"])
+            yield batch
+
+
+class TensorSplit:
+    """One split's tensors (the batch contract, images still ``uint8 [N,H,W,3]``)."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], image: bool):
         self.tensors = tensors
@@ -30,17 +111,8 @@ class TensorBatchDataset(Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, idx: list[int]) -> Batch:
-        ix = torch.as_tensor(idx, dtype=torch.long)
-        batch = {k: v[ix] for k, v in self.tensors.items()}
-        if self.image:
-            batch["x"] = images_to_float(batch["x"])
-        return batch
-
-
-def images_to_float(x: torch.Tensor) -> torch.Tensor:
-    """``uint8 [B,H,W,3]`` -> ``float32 [B,3,H,W]`` in [0, 1]."""
-    return x.permute(0, 3, 1, 2).float().div_(255.0)
+    def to(self, device: torch.device) -> TensorSplit:
+        return TensorSplit({k: v.to(device) for k, v in self.tensors.items()}, self.image)
 
 
 def data_tensors(data: SyntheticData, rows: np.ndarray) -> dict[str, torch.Tensor]:
@@ -58,48 +130,96 @@ def data_tensors(data: SyntheticData, rows: np.ndarray) -> dict[str, torch.Tenso
     return out
 
 
-class SyntheticDataModule(L.LightningDataModule):
-    """Serves the train / val / calib / test splits of a generated dataset."""
+SPLITS = ("train", "val", "calib", "test")
 
-    def __init__(self, make_data: Callable[[], SyntheticData], batch_size: int = 256, eval_batch_size: int = 1024):
+
+class SyntheticDataModule(L.LightningDataModule):
+    """Serves the train / val / calib / test splits of a generated dataset.
+
+    Parameters
+    ----------
+    make_data : returns the dataset (called once; cached generators make this cheap).
+    batch_size : rows per training step, over all processes together.
+    eval_batch_size : rows per evaluation step, over all processes together.
+    seed : seed of the per-epoch training permutations.
+    device_resident : when a ``Trainer`` is attached, keep the splits on its device.
+    """
+
+    def __init__(
+        self,
+        make_data: Callable[[], SyntheticData],
+        batch_size: int = 256,
+        eval_batch_size: int = 1024,
+        seed: int = 0,
+        device_resident: bool = True,
+    ):
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError("batch sizes must be positive")
         self.make_data = make_data
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
+        self.seed = seed
+        self.device_resident = device_resident
         self.data: SyntheticData | None = None
-        self._splits: dict[str, TensorBatchDataset] = {}
+        self._splits: dict[str, TensorSplit] = {}
 
     def prepare_data(self) -> None:  # generation fills the cache once per node
         self.make_data()
+
+    def _trainer_device(self) -> torch.device | None:
+        trainer = self.trainer
+        return trainer.strategy.root_device if trainer is not None and self.device_resident else None
 
     def setup(self, stage: str | None = None) -> None:
         if self.data is None:
             self.data = self.make_data()
             image = self.data.modality == "image"
-            for name in ("train", "val", "calib", "test"):
-                rows = self.data.indices(name)
-                self._splits[name] = TensorBatchDataset(data_tensors(self.data, rows), image=image)
+            for name in SPLITS:
+                self._splits[name] = TensorSplit(data_tensors(self.data, self.data.indices(name)), image=image)
+        device = self._trainer_device()
+        if device is not None:
+            self.to_device(device)
 
-    def split(self, name: str) -> TensorBatchDataset:
-        self.setup()
+    def to_device(self, device: torch.device | str) -> SyntheticDataModule:
+        """Move every split to ``device`` (once; a no-op when already there)."""
+        self.setup() if self.data is None else None
+        device = torch.device(device)
+        for name, split in self._splits.items():
+            if next(iter(split.tensors.values())).device != device:
+                self._splits[name] = split.to(device)
+        return self
+
+    def split(self, name: str) -> TensorSplit:
+        if self.data is None:
+            self.setup()
+        if name not in self._splits:
+            raise ValueError(f"unknown split '{name}', expected one of {SPLITS}")
         return self._splits[name]
 
-    def loader(self, name: str, shuffle: bool = False, batch_size: int | None = None) -> DataLoader:
+    def _ranks(self, shard: bool) -> tuple[int, int]:
+        trainer = self.trainer
+        if not shard or trainer is None:
+            return 0, 1
+        return trainer.global_rank, trainer.world_size
+
+    def loader(self, name: str, shuffle: bool = False, batch_size: int | None = None, shard: bool = False) -> TensorBatches:
+        """Batches of split ``name``; ``shard``: only this process's share (under a multi-process trainer)."""
         ds = self.split(name)
         bs = batch_size or (self.batch_size if shuffle else self.eval_batch_size)
-        base = RandomSampler(ds) if shuffle else SequentialSampler(ds)
-        return DataLoader(ds, sampler=BatchSampler(base, bs, drop_last=False), batch_size=None)
+        rank, world = self._ranks(shard)
+        if world > bs:
+            raise ValueError(f"batch size {bs} is smaller than the number of processes ({world})")
+        return TensorBatches(ds.tensors, BatchPlan(len(ds), bs, shuffle, self.seed, rank, world), ds.image)
 
-    def train_dataloader(self) -> DataLoader:
-        return self.loader("train", shuffle=True)
+    def train_dataloader(self) -> TensorBatches:
+        return self.loader("train", shuffle=True, shard=True)
 
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
+    def val_dataloader(self) -> TensorBatches:
+        return self.loader("val", shard=True)
 
-    def test_dataloader(self) -> DataLoader:
-        return self.loader("test")
+    def test_dataloader(self) -> TensorBatches:
+        return self.loader("test", shard=True)
 
-    def calib_dataloader(self) -> DataLoader:
+    def calib_dataloader(self) -> TensorBatches:
         return self.loader("calib")

@@ -36,3 +36,12 @@ def compose_train(tmp_path, shared_cache):
             return compose(config_name=config_name, overrides=[*base, *overrides])
 
     return _compose
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a busy machine the OpenMP barriers dominate."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -6,15 +6,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "64")
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
+
 
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
+    #: auto | cpu | gpu | cuda | mps
     accelerator: str = "auto"
+    #: Devices per node: a count (>= 1), a list of indices, or ``auto``.
     devices: Any = 1
+    num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
+    #: Deterministic kernels everywhere (every model here has a deterministic CUDA backward).
     deterministic: bool = True
+    #: Keep the in-memory splits on the training device (no host-to-device copy per step).
+    data_on_device: bool = True
+    #: Synchronise BatchNorm statistics across processes (DDP).
+    sync_batchnorm: bool = False
+    #: Compile the encoder with ``torch.compile`` (``nn.Module.compile``: checkpoints keep their keys).
+    compile: bool = False
     #: Stop when ``val/task_loss`` has not improved for this many epochs; 0 disables.
     early_stopping_patience: int = 0
     log_every_n_steps: int = 10
@@ -26,8 +39,26 @@ class TrainerConfig:
             raise ValueError(f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
         if self.accelerator not in ("auto", "cpu", "gpu", "cuda", "mps"):
             raise ValueError(f"trainer.accelerator must be auto, cpu, gpu, cuda or mps, got '{self.accelerator}'")
+        d = self.devices
+        ok = (
+            d == "auto"
+            or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)
+            or (isinstance(d, list) and d and all(isinstance(i, int) and i >= 0 for i in d))
+        )
+        if not ok:
+            raise ValueError(f"trainer.devices must be a count >= 1, a list of device indices or 'auto', got {d!r}")
+        if self.num_nodes < 1:
+            raise ValueError(f"trainer.num_nodes must be >= 1, got {self.num_nodes}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"trainer.strategy must be one of {STRATEGIES}, got '{self.strategy}'")
+        if str(self.precision) not in PRECISIONS:
+            raise ValueError(f"trainer.precision must be one of {PRECISIONS}, got '{self.precision}'")
         if self.early_stopping_patience < 0:
             raise ValueError("trainer.early_stopping_patience must be >= 0")
+        if self.log_every_n_steps < 1:
+            raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        if self.gradient_clip_val < 0:
+            raise ValueError(f"trainer.gradient_clip_val must be >= 0 (0 disables clipping), got {self.gradient_clip_val}")
 
 
 @dataclass

@@ -7,12 +7,13 @@ Writes into the Hydra run directory: ``checkpoints/best.ckpt``, ``csv/metrics.cs
 from __future__ import annotations
 
 import logging
-import warnings
+import time
 from pathlib import Path
 from typing import Any
 
 import hydra
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from cbm.config import to_dataclass
@@ -42,30 +43,53 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Train, test and evaluate oracle interventions; return the metrics written to metrics.json."""
+    """Train, test and evaluate oracle interventions; return the metrics written to metrics.json.
+
+    Under a multi-process strategy every rank trains and tests on its shard; only rank zero
+    writes ``config.yaml`` / ``metrics.json``, runs the oracle table and prints (the other
+    ranks return ``{}``).
+    """
     train_cfg, data_cfg, model_cfg = validate(cfg)
     run_dir = Path(train_cfg.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    L.seed_everything(train_cfg.seed, workers=True)
+    zero = rank_zero_only.rank == 0
+    if zero:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    L.seed_everything(train_cfg.seed, workers=True, verbose=False)
 
     data = load_data(data_cfg, train_cfg.cache_dir)
-    dm = SyntheticDataModule(lambda: data, train_cfg.batch_size, train_cfg.eval_batch_size)
+    t = train_cfg.trainer
+    dm = SyntheticDataModule(
+        lambda: data, train_cfg.batch_size, train_cfg.eval_batch_size, seed=train_cfg.seed, device_resident=t.data_on_device
+    )
     model = build_model(model_cfg, data_info(data, data_cfg), as_dict(data_cfg))
+    if t.compile:
+        model.backbone.compile()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"
     trainer = build_trainer(train_cfg, run_dir, run_name)
+    timing: dict[str, float] = {}
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", ".*does not have many workers.*")
-            trainer.fit(model, datamodule=dm)
-            ckpt = trainer.checkpoint_callback.best_model_path or None
-            test = trainer.test(model, datamodule=dm, ckpt_path=ckpt, verbose=False)[0]
+        start = time.perf_counter()
+        trainer.fit(model, datamodule=dm)
+        timing["fit_s"] = time.perf_counter() - start
+        ckpt = trainer.checkpoint_callback.best_model_path or None
+        start = time.perf_counter()
+        test = trainer.test(model, datamodule=dm, ckpt_path=ckpt, verbose=False)[0]
+        timing["test_s"] = time.perf_counter() - start
+        if not trainer.is_global_zero:
+            return {}
         metrics: dict[str, Any] = {k: float(v) for k, v in test.items()}
         if model.has_concepts and train_cfg.interventions.ks:
+            start = time.perf_counter()
+            device = trainer.strategy.root_device  # the strategy's teardown moved the model to the CPU
+            model.to(device).eval()
+            if t.data_on_device:
+                dm.to_device(device)
             ks = resolve_ks(train_cfg.interventions.ks, model.n_concepts)
             seed = train_cfg.interventions.seed
-            accs = intervention_accuracy(model, dm.test_dataloader(), ks, lambda: RandomPolicy(seed))
+            accs = intervention_accuracy(model, dm.loader("test"), ks, lambda: RandomPolicy(seed))
             metrics["oracle_random"] = {str(k): v for k, v in accs.items()}
+            timing["interventions_s"] = time.perf_counter() - start
         metrics.update(
             dataset=data_cfg.name,
             model=model_cfg["name"],
@@ -73,8 +97,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             seed=train_cfg.seed,
             checkpoint=ckpt,
             run_dir=str(run_dir),
+            device=str(trainer.strategy.root_device),
+            world_size=trainer.world_size,
+            precision=str(t.precision),
         )
         write_json_atomic(run_dir / "metrics.json", metrics)
+        write_json_atomic(run_dir / "timing.json", {k: round(v, 3) for k, v in timing.items()})
     finally:
         finish_wandb()
     print(results_table([metrics]))

@@ -34,6 +34,9 @@ from cbm.interventions.base import Batch, Intervener, Policy
 COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
 
 PolicyLike = Policy | Callable[[], Policy]
+#: The engine sees all the data it scores: its metrics never synchronise across processes
+#: (after a DDP run only rank zero evaluates interventions).
+LOCAL = {"sync_on_compute": False}
 
 
 def model_device(model) -> torch.device:
@@ -163,7 +166,7 @@ def model_accuracy(model, batches: Iterable[Batch]) -> float:
     """Plain task accuracy of ``model`` (any architecture, the black box included)."""
     model.eval()
     device = model_device(model)
-    metric = MulticlassAccuracy(num_classes=max(model.n_classes, 2), average="micro").to(device)
+    metric = MulticlassAccuracy(num_classes=max(model.n_classes, 2), average="micro", **LOCAL).to(device)
     n = 0
     for batch in batches:
         batch = to_device(batch, device)
@@ -203,9 +206,9 @@ def run_grid(
     n_classes = max(int(getattr(model, "n_classes", 2)), 2)
     pol = {name: {k: _policy_for_k(p) for k in ks} for name, p in policies.items()}
     combos = [(i, p, k) for i in interveners for p in policies for k in ks]
-    acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro").to(device) for c in combos}
-    req = {(p, k): MeanMetric().to(device) for p in policies for k in ks}
-    frac = {(p, k): MeanMetric().to(device) for p in policies for k in ks}
+    acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro", **LOCAL).to(device) for c in combos}
+    req = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
+    frac = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     seconds = {c: 0.0 for c in combos}
     keep: dict[tuple[str, str, int], dict[str, list[Tensor]]] = {c: {} for c in combos} if per_example else {}
     total = 0

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from cbm.models.config import BackboneConfig, DataInfo
+from cbm.models.pooling import AdaptiveAvgPool2d
 
 _REGISTRY: dict[str, Callable[[BackboneConfig, DataInfo], nn.Module]] = {}
 #: Backbones that live in their own module, imported on first use.
@@ -75,7 +76,7 @@ class SmallCNN(nn.Module):
         for width in cfg.channels:
             blocks += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
             c = width
-        self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(cfg.grid))
+        self.features = nn.Sequential(*blocks, AdaptiveAvgPool2d(cfg.grid))  # deterministic on CUDA
         self.proj = nn.Sequential(nn.Flatten(), nn.Dropout(cfg.dropout), nn.Linear(c * cfg.grid**2, cfg.out_dim), nn.ReLU())
         self.out_dim = cfg.out_dim
 
@@ -89,7 +90,8 @@ def _cnn(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
 
 
 class ResNet18(nn.Module):
-    """torchvision ResNet-18 with random init (no weights are downloaded)."""
+    """torchvision ResNet-18 with random init (no weights are downloaded); its global average
+    pooling is the deterministic :class:`~cbm.models.pooling.AdaptiveAvgPool2d`."""
 
     def __init__(self, cfg: BackboneConfig):
         super().__init__()
@@ -97,6 +99,7 @@ class ResNet18(nn.Module):
 
         net = resnet18(weights=None)
         net.fc = nn.Linear(net.fc.in_features, cfg.out_dim)
+        net.avgpool = AdaptiveAvgPool2d(1)
         self.net = net
         self.out_dim = cfg.out_dim
 

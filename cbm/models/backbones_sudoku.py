@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from cbm.models.backbones import register_backbone
 from cbm.models.config import BackboneConfig, DataInfo
+from cbm.models.pooling import adaptive_avg_pool2d
 from synthetic.sudoku.checker import GROUPS
 from synthetic.sudoku.render import image_size
 
@@ -172,7 +173,7 @@ class SudokuCellReader(nn.Module):
         ink = 1.0 - x.mean(dim=1, keepdim=True)
         h = self.cell_px
         # cell k spans [k*cs, (k+1)*cs) = pooling bins [k*h, (k+1)*h): no window crosses a cell edge
-        small = ink if cs == h else F.adaptive_avg_pool2d(ink, 9 * h)
+        small = adaptive_avg_pool2d(ink, 9 * h)
         b = len(x)
         return small.view(b, 1, 9, h, 9, h).permute(0, 2, 4, 1, 3, 5).reshape(b * N_CELLS, 1, h, h)
 

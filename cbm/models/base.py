@@ -15,7 +15,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassAccuracy
 
 from cbm.config import ConfigError, to_dataclass
@@ -159,41 +159,41 @@ class ConceptModel(L.LightningModule):
         losses, _, _ = self.compute_losses(batch)
         bs = len(batch["y"])
         for name, value in losses.items():
-            self.log(f"train/{name}", value, on_step=False, on_epoch=True, batch_size=bs, prog_bar=name == "loss")
+            self.log(
+                f"train/{name}", value, on_step=False, on_epoch=True, batch_size=bs, prog_bar=name == "loss", sync_dist=True
+            )
         return losses["loss"]
 
     def _make_metrics(self, stage: str) -> MetricCollection:
-        metrics: dict[str, nn.Module] = {"task_acc": MulticlassAccuracy(num_classes=max(self.n_classes, 2), average="micro")}
+        """Evaluation metrics as torchmetrics objects: under DDP each rank updates them with its
+        shard and they are synchronised once, at the end of the epoch (no per-step collectives)."""
+        metrics: dict[str, nn.Module] = {
+            "task_acc": MulticlassAccuracy(num_classes=max(self.n_classes, 2), average="micro"),
+            "task_loss": MeanMetric(),
+        }
         if self.has_concepts:
             metrics["concept_acc"] = BinaryAccuracy()
             metrics["concept_auroc"] = BinaryAUROC()
-        return MetricCollection(metrics, prefix=f"{stage}/")
+        return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
     def _eval_step(self, batch: Batch, stage: str) -> None:
         state, y_logits = self(batch["x"])
         metrics = self._metrics[stage]
-        metrics["task_acc"].update(y_logits, batch["y"])
+        y = batch["y"]
+        metrics["task_acc"].update(y_logits, y)
+        metrics["task_loss"].update(F.cross_entropy(y_logits.float(), y), weight=len(y))
         if self.has_concepts:
-            c = batch["c"].flatten()
-            metrics["concept_acc"].update(state.probs.flatten(), c.long())
-            metrics["concept_auroc"].update(state.probs.flatten(), c.long())
-        self.log(f"{stage}/task_loss", F.cross_entropy(y_logits, batch["y"]), batch_size=len(batch["y"]))
-
-    def _eval_epoch_end(self, stage: str) -> None:
-        self.log_dict(self._metrics[stage].compute(), prog_bar=stage == "val")
-        self._metrics[stage].reset()
+            c = batch["c"].flatten().long()
+            p = state.probs.flatten().float()
+            metrics["concept_acc"].update(p, c)
+            metrics["concept_auroc"].update(p, c)
+        self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=len(y))
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self._eval_step(batch, "val")
 
-    def on_validation_epoch_end(self) -> None:
-        self._eval_epoch_end("val")
-
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._eval_step(batch, "test")
-
-    def on_test_epoch_end(self) -> None:
-        self._eval_epoch_end("test")
 
     def configure_optimizers(self):
         o = self.cfg.optim

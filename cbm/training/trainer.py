@@ -6,10 +6,12 @@ import os
 from pathlib import Path
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import TrainConfig
+from synthetic.datamodule import stream_seed
 
 #: Checkpoint / early-stopping metric: the validation task loss keeps improving after the
 #: accuracy saturates (ties in accuracy would keep an under-trained early epoch).
@@ -37,6 +39,25 @@ def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger
     return loggers
 
 
+#: Stream key of the model's random numbers (the data order uses ``(epoch,)`` alone).
+MODEL_STREAM = 1
+
+
+class EpochSeeding(Callback):
+    """Reseed the global RNG at every epoch start from ``(seed, epoch, rank)``.
+
+    Everything random in training (dropout, CEM's RandInt masks, ProbCBM's samples) then depends
+    only on the seed and the epoch, so a run resumed from an epoch-end checkpoint continues with
+    exactly the random numbers of an uninterrupted run.
+    """
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        torch.manual_seed(stream_seed(self.seed, trainer.current_epoch, trainer.global_rank, MODEL_STREAM))
+
+
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
     callbacks: list[Callback] = [
@@ -44,12 +65,15 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
     ]
     if t.early_stopping_patience > 0:
         callbacks.append(EarlyStopping(monitor=MONITOR, mode="min", patience=t.early_stopping_patience))
-    callbacks += extra_callbacks or []
+    callbacks += [EpochSeeding(cfg.seed), *(extra_callbacks or [])]
     return L.Trainer(
         max_epochs=t.max_epochs,
         accelerator=t.accelerator,
         devices=t.devices,
+        num_nodes=t.num_nodes,
         strategy=t.strategy,
+        sync_batchnorm=t.sync_batchnorm,
+        use_distributed_sampler=False,  # the datamodule shards its own batches (synthetic.datamodule)
         precision=t.precision,
         deterministic=t.deterministic,
         logger=build_loggers(cfg, run_dir, run_name),

@@ -194,33 +194,7 @@ def test_model_code_never_names_a_device():
         assert not pattern.search(path.read_text()), f"{path.name} hard-codes a device"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("name", ARCHS)
-def test_cuda_matches_cpu(name):
-    model = make(name).eval()
-    x = inputs(TABULAR)
-    with torch.no_grad():
-        state, y = model(x)
-        model.cuda()
-        state_gpu, y_gpu = model(x.cuda())
-        assert state_gpu.probs.device.type == "cuda"
-        assert torch.allclose(y_gpu.cpu(), y, atol=1e-4) and torch.allclose(state_gpu.probs.cpu(), state.probs, atol=1e-4)
-        if model.has_concepts:
-            mask = torch.ones(6, 7, dtype=torch.bool, device="cuda")
-            new = model.intervene(state_gpu, mask, torch.ones(6, 7, device="cuda"))
-            assert model.predict(new).device.type == "cuda"
-        model.train()
-        model.compute_losses({k: v.cuda() for k, v in batch_for(TABULAR).items()})[0]["loss"].backward()
-
-
 # ---------------------------------------------------------------------------- short training runs
-@pytest.fixture
-def one_thread():
-    """Tiny models gain nothing from intra-op threads; on a busy machine the OpenMP barriers dominate."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def robot_rule_data(n_train: int = 1000, n_test: int = 500, seed: int = 0) -> SyntheticData:
