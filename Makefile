@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast lint bench
+.PHONY: setup demo test test-fast lint bench gpu-check gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -30,3 +30,11 @@ test-fast: setup
 
 bench: setup
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+## The GPU path on one CUDA GPU (tests, every architecture over seeds, intervene, automate): a few minutes.
+gpu-check:
+	bash benchmarks/gpu_check.sh
+
+## Wheels a GPU machine without a package index needs (hydra-core, omegaconf, antlr4): carry .whl/ there.
+gpu-wheels: setup
+	$(PY) -m pip wheel -q --no-deps -w .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3

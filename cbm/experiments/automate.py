@@ -28,8 +28,10 @@ from cbm.config import ConfigError, to_dataclass
 from cbm.config.validate import as_dict
 from cbm.experiments.common import (
     CONF_DIR,
+    DEVICES,
     clean_errors,
     markdown_table,
+    resolve_device,
     write_json_atomic,
     write_text_atomic,
 )
@@ -93,10 +95,14 @@ class AutomateConfig:
     seed: int = 0
     batch_size: int = 256
     eval_batch_size: int = 1024
+    #: auto | cpu | cuda: where calibration and the automation flow run.
+    device: str = "auto"
     cache_dir: str | None = ".cache/cbm"
     output_dir: str = "."
 
     def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
         if not self.checkpoint or self.checkpoint == "???":
             raise ValueError(
                 "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"
@@ -267,6 +273,9 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     model, dm, _ = load_run(
         acfg.checkpoint, acfg.cache_dir, acfg.batch_size, acfg.eval_batch_size, acfg.data_overrides
     )
+    device = resolve_device(acfg.device)
+    model.to(device).eval()
+    dm.to_device(device)
     report = automate(model, dm, acfg)
     write_outputs(report, out_dir)
     print(calibration_line(report))

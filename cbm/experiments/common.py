@@ -20,6 +20,23 @@ CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, KeyError)
 
 
+#: Values of the ``device`` option of the evaluation commands.
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str):
+    """``auto`` -> CUDA when available, else the CPU; ``cuda`` without a GPU is an error."""
+    import torch
+
+    if name not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got '{name}'")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda but no CUDA device is available")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def fail(prog: str, message: str, code: int = 2) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
     sys.exit(code)

@@ -22,7 +22,7 @@ import torch
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from cbm.config import ConfigError, to_dataclass
-from cbm.experiments.common import CONF_DIR, clean_errors
+from cbm.experiments.common import CONF_DIR, DEVICES, clean_errors, resolve_device
 from cbm.interventions.base import OracleIntervener
 from cbm.interventions.engine import ResultsGrid, blackbox_accuracy, run_grid
 from cbm.interventions.evaluate import resolve_ks
@@ -145,8 +145,8 @@ class InterveneConfig:
         for k in self.ks:
             if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
                 raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got '{self.device}'")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if "llm" in self.interveners and not self.llm.client:
@@ -161,14 +161,6 @@ def validate(cfg: DictConfig | dict) -> InterveneConfig:
 
 
 # ----------------------------------------------------------------------------- building blocks
-def _device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device=cuda but no CUDA device is available")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def concept_indices(names: list[str] | None, concept_names: list[str]) -> list[int] | None:
     """Indices of the requestable concepts; an unknown name is an error."""
     if names is None:
@@ -235,8 +227,9 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     model, dm, data_cfg = load_run(c.checkpoint, c.cache_dir, eval_batch_size=c.batch_size, data_overrides=c.data)
     if not model.has_concepts:
         raise ValueError(f"{c.checkpoint} is a black-box model: there are no concepts to intervene on")
-    device = _device(c.device)
+    device = resolve_device(c.device)
     model.to(device).eval()
+    dm.to_device(device)  # batches are gathered where the model runs
     names = list(model.info.concept_names)
     allowed = concept_indices(c.concepts, names)
     ks = resolve_ks(c.ks, len(allowed) if allowed is not None else len(names))

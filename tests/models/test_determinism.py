@@ -76,7 +76,7 @@ def encoders() -> dict[str, tuple[dict, dict, dict[str, torch.Tensor]]]:
     return {
         "tabular-mlp": (TABULAR, {}, {}),
         "image-cnn-20px": ({**TABULAR, "modality": "image", "in_shape": [3, 20, 20]}, {}, {}),  # 5x5 -> 4x4 pooling
-        "image-resnet18": ({**TABULAR, "modality": "image", "in_shape": [3, 32, 32]}, {"name": "resnet18"}, {}),
+        "image-resnet18": ({**TABULAR, "modality": "image", "in_shape": [3, 32, 32]}, {"name": "resnet18"}, {}),  # needs torchvision
         "text": ({**TABULAR, "modality": "text", "in_shape": [12], "vocab_size": 30}, {"name": "text_bag"}, {}),
         "sudoku-cells": (
             {"dataset": "sudoku", "modality": "image", "in_shape": [3, sudoku_side, sudoku_side],
@@ -101,6 +101,8 @@ def batch(info: dict, extra: dict[str, torch.Tensor], b: int = 4) -> dict[str, t
 @pytest.mark.parametrize("name", ARCHS)
 def test_no_op_without_a_deterministic_cuda_kernel(name, encoder):
     info, backbone, extra = encoders()[encoder]
+    if backbone.get("name") == "resnet18":
+        pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = make(name, info, backbone={"channels": [8, 16], "hidden": [32], "out_dim": 32, **backbone})
     b = batch(info, extra)
