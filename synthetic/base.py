@@ -75,6 +75,12 @@ class SyntheticData:
         return np.flatnonzero(self.split == SPLITS[split])
 
     # ----------------------------------------------------------------- I/O
+    #: Arrays every :meth:`to_arrays` file holds (``extra__*`` ones come on top).
+    ARRAY_KEYS = (
+        "x", "c", "c_true", "y", "split", "meta", "concept_names", "true_concept_names", "class_names",
+        "meta_names", "modality", "info",
+    )  # fmt: skip
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Flat dict of arrays, the format of cache files and ``cbm-data export``."""
         arrays = {
@@ -117,9 +123,9 @@ class SyntheticData:
 
     def save(self, path: str | Path) -> None:
         """Write an uncompressed ``.npz`` atomically (temp file + rename)."""
-        from synthetic.cache import atomic_save_npz
+        from synthetic.atomic import save_npz_atomic
 
-        atomic_save_npz(Path(path), self.to_arrays())
+        save_npz_atomic(path, self.to_arrays())
 
     @classmethod
     def load(cls, path: str | Path) -> SyntheticData:

@@ -1,8 +1,9 @@
 """On-disk cache of generated datasets, keyed by a hash of the generator config.
 
-Writes are atomic (temp file in the same directory + ``os.replace``) and guarded
-by a file lock, so parallel sweep jobs share one cache safely; a corrupted or
-truncated cache file is detected on load and regenerated.
+Writes are atomic (:mod:`synthetic.atomic`) and guarded by a file lock, so parallel
+sweep jobs share one cache safely. Each file stores its key: a corrupted or truncated
+file, a file of another config or one missing an array is detected on load and
+regenerated; temp files of killed writers are removed on the next access.
 """
 
 from __future__ import annotations
@@ -10,14 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from filelock import FileLock
+
+from synthetic.atomic import (
+    WriteError,
+    clean_orphans,
+    describe,
+    ensure_dir,
+    save_npz_atomic,
+    write_json_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,43 +39,26 @@ def config_hash(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+#: Array in every cache file holding its key, so a file of another config is never served.
+KEY_ARRAY = "__cache_key__"
 
 
-def make_temp(path: Path) -> tuple[int, str]:
-    """A temp file beside ``path`` (same filesystem, so ``os.replace`` is atomic) with the
-    permissions a plain ``open`` would give (``mkstemp`` alone makes it owner-only)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, 0o666 & ~_umask())
-    return fd, tmp
-
-
-def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Save ``arrays`` to ``path`` so that readers never see a partial file."""
-    fd, tmp = make_temp(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _try_load(path: Path) -> dict[str, np.ndarray] | None:
+def _try_load(path: Path, key: str, required: Collection[str]) -> dict[str, np.ndarray] | None:
+    """The entry's arrays, or ``None`` (with a warning) when it is unreadable, of another
+    config, or lacks an array the caller needs."""
     try:
         with np.load(path, allow_pickle=False) as f:
-            return {k: f[k] for k in f.files}
+            arrays = {k: f[k] for k in f.files}
     except Exception as err:  # truncated zip, bad CRC, wrong format ...
         log.warning("cache file %s is unreadable (%s); regenerating", path, err)
         return None
+    stored = str(arrays.pop(KEY_ARRAY, ""))
+    missing = [k for k in required if k not in arrays]
+    if stored != key or missing:
+        why = f"it holds another config ({stored or 'no key'})" if stored != key else f"it lacks {missing}"
+        log.warning("cache file %s is not this dataset: %s; regenerating", path, why)
+        return None
+    return arrays
 
 
 def cached_arrays(
@@ -75,24 +66,40 @@ def cached_arrays(
     build: Callable[[], dict[str, np.ndarray]],
     cache_dir: str | Path | None,
     prefix: str = "data",
+    required: Collection[str] = (),
 ) -> dict[str, np.ndarray]:
     """Return ``build()``'s arrays, from ``cache_dir`` when a valid entry exists.
 
-    ``cache_dir=None`` disables caching.
+    ``cache_dir=None`` disables caching. A cache directory that cannot be written (read-only,
+    full) only costs the caching: the data are built in memory and a warning says why.
+    ``required``: arrays a valid entry must hold.
     """
     if cache_dir is None:
         return build()
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"{prefix}-{config_hash(cfg)}.npz"
-    with FileLock(str(path) + ".lock"):
+    cache_dir = ensure_dir(cache_dir)
+    clean_orphans(cache_dir)
+    key = config_hash(cfg)
+    path = cache_dir / f"{prefix}-{key}.npz"
+    try:
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError as err:  # read-only cache: readable entries still serve
+        arrays = _try_load(path, key, required) if path.exists() else None
+        if arrays is None:
+            log.warning("%s; the data are not cached", describe(err, path.parent, "use cache directory"))
+            arrays = build()
+        return arrays
+    try:
         if path.exists():
-            arrays = _try_load(path)
+            arrays = _try_load(path, key, required)
             if arrays is not None:
                 return arrays
         arrays = build()
-        atomic_save_npz(path, arrays)
-        with open(path.with_suffix(".json.tmp"), "w") as f:
-            json.dump(cfg, f, indent=2, sort_keys=True, default=str)
-        os.replace(path.with_suffix(".json.tmp"), path.with_suffix(".json"))
+        try:
+            save_npz_atomic(path, {**arrays, KEY_ARRAY: np.array(key)})
+            write_json_atomic(path.with_suffix(".json"), cfg)
+        except WriteError as err:
+            log.warning("%s; the data are not cached", err)
         return arrays
+    finally:
+        lock.release()

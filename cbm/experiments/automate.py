@@ -12,42 +12,18 @@ markdown table.
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning as L
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from cbm.config import ConfigError, to_dataclass
+from cbm.config.automate import AutomateConfig, validate
 from cbm.config.validate import as_dict
-from cbm.experiments.common import (
-    CONF_DIR,
-    DEVICES,
-    clean_errors,
-    markdown_table,
-    resolve_device,
-    write_json_atomic,
-    write_text_atomic,
-)
-from cbm.interventions.evaluate import resolve_ks
-from cbm.selective.abstention import SCORES, uncertainty_threshold
-from cbm.selective.automation import (
-    INTERVENERS,
-    POLICIES,
-    calibrate_model,
-    make_intervener,
-    policy_factory,
-    run_automation,
-)
-from cbm.selective.calibration import METHODS
-from cbm.selective.metrics import concept_costs, risk_coverage_curve
-from cbm.selective.plots import plot_risk_coverage
+from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, resolve_device, write_json_atomic
+from synthetic.atomic import ensure_dir, write_csv_atomic
 
 log = logging.getLogger("cbm.automate")
 
@@ -76,74 +52,17 @@ CSV_COLUMNS = [
 MAX_CURVE_POINTS = 500
 
 
-@dataclass
-class AutomateConfig:
-    """Typed schema of ``conf/automate.yaml``."""
-
-    checkpoint: str = ""
-    target_accuracy: float = 0.95
-    delta: float = 0.1
-    method: str = "ltt"
-    score: str = "probability"
-    policy: str = "random"
-    policy_args: dict[str, Any] = field(default_factory=dict)
-    intervener: str = "oracle"
-    intervener_args: dict[str, Any] = field(default_factory=dict)
-    ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
-    costs: dict[str, float] | None = None
-    data_overrides: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    batch_size: int = 256
-    eval_batch_size: int = 1024
-    #: auto | cpu | cuda: where calibration and the automation flow run.
-    device: str = "auto"
-    cache_dir: str | None = ".cache/cbm"
-    output_dir: str = "."
-
-    def __post_init__(self) -> None:
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
-        if not self.checkpoint or self.checkpoint == "???":
-            raise ValueError(
-                "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"
-            )
-        if not 0.0 < self.target_accuracy <= 1.0:
-            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
-        if not 0.0 < self.delta < 1.0:
-            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
-        if self.score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got '{self.policy}'")
-        if self.intervener not in INTERVENERS:
-            raise ValueError(f"intervener must be one of {tuple(INTERVENERS)}, got '{self.intervener}'")
-        if not self.ks:
-            raise ValueError("ks must list at least one budget (e.g. [0, 1, 3, max])")
-        for k in self.ks:
-            if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
-                raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
-        if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ValueError("batch_size and eval_batch_size must be >= 1")
-
-
-def validate(cfg: DictConfig | dict) -> AutomateConfig:
-    """Typed config; raises ConfigError with one clear line."""
-    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    assert isinstance(raw, dict)
-    raw.pop("hydra", None)
-    if raw.get("checkpoint") in (None, "", "???"):
-        raise ConfigError("checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>")
-    return to_dataclass(AutomateConfig, raw, "config")
-
-
 # ----------------------------------------------------------------------------- core
 def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     """Calibrate on ``dm``'s calib split, run the flow on its test split; the report dict.
 
     ``dm`` is anything with ``loader(split_name)`` (a :class:`~synthetic.datamodule.SyntheticDataModule`).
     """
+    from cbm.interventions.evaluate import resolve_ks
+    from cbm.selective.abstention import uncertainty_threshold
+    from cbm.selective.automation import calibrate_model, make_intervener, policy_factory, run_automation
+    from cbm.selective.metrics import concept_costs, risk_coverage_curve
+
     ks = resolve_ks(cfg.ks, model.n_concepts)
     costs = concept_costs(model.info.concept_names, cfg.costs) if model.n_concepts else None
     needs_humans = any(k > 0 for k in ks)
@@ -232,17 +151,10 @@ def calibration_line(report: dict[str, Any]) -> str:
     )
 
 
-def write_csv_atomic(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: "" if r.get(c) is None else r.get(c) for c in columns})
-    write_text_atomic(path, buf.getvalue())
-
-
 def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
     """automation.json, automation.csv and risk_coverage.png in ``out_dir``."""
+    from cbm.selective.plots import plot_risk_coverage
+
     write_json_atomic(out_dir / "automation.json", report)
     write_csv_atomic(out_dir / "automation.csv", report["results"], CSV_COLUMNS)
     curves = {
@@ -264,11 +176,12 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
     """Load the run, calibrate, automate, write the outputs; return the report."""
+    import lightning as L
+
     from cbm.training.checkpoint import load_run  # imports the data generators
 
     acfg = validate(cfg)
-    out_dir = Path(acfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = ensure_dir(acfg.output_dir)
     L.seed_everything(acfg.seed, workers=True, verbose=False)
     model, dm, _ = load_run(
         acfg.checkpoint, acfg.cache_dir, acfg.batch_size, acfg.eval_batch_size, acfg.data_overrides

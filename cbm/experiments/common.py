@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -10,18 +9,31 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from cbm.config import ConfigError
-from synthetic.cache import make_temp
+from cbm.config.names import DEVICES
+from synthetic.atomic import WriteError, describe, write_json_atomic, write_text_atomic  # noqa: F401 (the write path)
+
+# ``${pid:}`` in run-directory patterns: with the microsecond timestamp it makes every run's
+# directory unique, so parallel sweep jobs never share one.
+OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
 
 #: The repository's ``conf/`` directory (the only place defaults live).
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
-#: Errors that mean "bad input", reported as one line and exit code 2.
-USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, KeyError)
+#: Errors that mean "bad input" or an unusable file system, reported as one line and exit code 2.
+USER_ERRORS = (ConfigError, ValueError, KeyError, OSError)
 
 
-#: Values of the ``device`` option of the evaluation commands.
-DEVICES = ("auto", "cpu", "cuda")
+def one_line(err: BaseException) -> str:
+    """The first line of an error's message (an ``OSError`` as ``cannot ... <file>: <reason>``)."""
+    if isinstance(err, OSError) and not isinstance(err, WriteError) and err.errno is not None:
+        return describe(err, err.filename, "read" if isinstance(err, FileNotFoundError) else "access")
+    text = str(err).strip()
+    if isinstance(err, KeyError) and len(err.args) == 1:
+        text = f"missing key {err.args[0]!r}"
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def resolve_device(name: str):
@@ -53,30 +65,11 @@ def clean_errors(prog: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except USER_ERRORS as err:
-                msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                fail(prog, msg)
+                fail(prog, one_line(err))
 
         return wrapper
 
     return deco
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` via a temp file + rename, so readers never see a partial file."""
-    fd, tmp = make_temp(path)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Atomic JSON file (floats of numpy / torch scalars included)."""
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=float))
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from cbm.config import to_dataclass
 from cbm.experiments.common import CONF_DIR, clean_errors, fail
+from synthetic.atomic import save_npz_atomic, savefig_atomic
 from synthetic.base import SPLITS, SyntheticData
-from synthetic.cache import atomic_save_npz
 from synthetic.registry import data_config, load_data
 
 COMMANDS = ("info", "export", "show")
@@ -91,9 +91,10 @@ def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
         text = ", ".join(on) if len(on) <= 8 else f"{len(on)}/{data.n_concepts} concepts on"
         ax.set_title(f"y={data.class_names[data.y[i]]}\n{text}", fontsize=7, wrap=True)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        savefig_atomic(fig, path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 @clean_errors("cbm-data")
@@ -112,7 +113,7 @@ def run(argv: list[str]) -> None:
     elif command == "export":
         if not opts.out:
             raise ValueError("export needs out=FILE.npz")
-        atomic_save_npz(Path(opts.out), export_arrays(data))
+        save_npz_atomic(Path(opts.out), export_arrays(data))
         print(f"wrote {len(data.y)} samples to {opts.out}")
     else:
         rows = data.indices(opts.split) if opts.split != "all" else np.arange(len(data.y))

@@ -14,7 +14,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cbm.experiments.common import fail, write_json_atomic
+from cbm.experiments.common import fail, write_json_atomic, write_text_atomic
 
 
 def collect(root: str | Path) -> list[dict[str, Any]]:
@@ -36,7 +36,7 @@ def write_report(root: str | Path) -> str:
     if not runs:
         raise FileNotFoundError(f"no metrics.json under {root}")
     table = results_table(runs)
-    (Path(root) / "results.md").write_text(table + "\n")
+    write_text_atomic(Path(root) / "results.md", table + "\n")
     write_json_atomic(Path(root) / "results.json", runs)
     return table
 

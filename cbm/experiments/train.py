@@ -6,26 +6,31 @@ Writes into the Hydra run directory: ``checkpoints/best.ckpt``, ``csv/metrics.cs
 
 from __future__ import annotations
 
+import csv
+import io
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning as L
-from lightning.pytorch.utilities import rank_zero_only
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cbm.config import to_dataclass
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
-from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, write_json_atomic
-from cbm.interventions.base import RandomPolicy
-from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
-from cbm.models import build_model, model_class
-from cbm.training.trainer import build_trainer, finish_wandb
-from synthetic.datamodule import SyntheticDataModule
-from synthetic.registry import data_config, data_info, load_data
+from cbm.experiments.common import (
+    CONF_DIR,
+    clean_errors,
+    markdown_table,
+    write_json_atomic,
+    write_text_atomic,
+)
+from cbm.models import model_class
+from synthetic.atomic import clean_orphans, ensure_dir
+from synthetic.registry import data_config
 
 log = logging.getLogger("cbm.train")
 
@@ -42,19 +47,98 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     return train, data, model_cfg
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+#: Settings a resumed run may change (everything else is the run's own config).
+RESUMABLE = ("trainer.max_epochs", "trainer.accelerator", "trainer.devices", "trainer.num_nodes",
+             "trainer.enable_progress_bar", "cache_dir")  # fmt: skip
+
+
+def previous_run(run_dir: Path) -> str | None:
+    """What in ``run_dir`` belongs to an earlier run (``None`` when it is free to use)."""
+    if (run_dir / "metrics.json").exists():
+        return "metrics.json"
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").glob("*.ckpt")) if (run_dir / "checkpoints").is_dir() else []
+    return f"checkpoints/{ckpts[0]}" if ckpts else None
+
+
+def resume_config(run_dir: str | Path, overrides: list[str]) -> DictConfig:
+    """The stored config of a killed run, with the few :data:`RESUMABLE` overrides applied."""
+    d = Path(run_dir)
+    if not (d / "config.yaml").is_file():
+        raise ValueError(f"resume: {d} is not a cbm-train run directory (no config.yaml)")
+    if (d / "metrics.json").exists():
+        raise ValueError(f"resume: {d} already finished (it has metrics.json); nothing to resume")
+    if not (d / "checkpoints" / "last.ckpt").is_file():
+        raise ValueError(f"resume: {d} has no checkpoints/last.ckpt (killed before its first epoch ended): start it again")
+    try:
+        cfg = OmegaConf.load(d / "config.yaml")
+    except Exception as err:
+        raise ValueError(f"resume: {d / 'config.yaml'} is not a readable config ({type(err).__name__})") from None
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or key.lstrip("+~") not in RESUMABLE:
+            raise ValueError(f"resume: '{item}' cannot change a resumed run (allowed: {', '.join(RESUMABLE)})")
+        OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    cfg.output_dir = str(d)
+    return cfg
+
+
+def restore_csv_log(csv_logger, last_epoch: int) -> None:
+    """Lightning's CSV logger empties ``metrics.csv`` when it opens it: put back the rows of the epochs
+    the resumed checkpoint holds (those of the killed, unfinished epoch are dropped)."""
+    path = Path(csv_logger.log_dir) / "metrics.csv"
+    rows, header = [], []
+    if path.exists():
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            header = list(reader.fieldnames or [])
+            rows = [r for r in reader if r.get("epoch") not in (None, "") and int(float(r["epoch"])) <= last_epoch]
+    writer = csv_logger.experiment  # opening it truncates the file
+    if rows:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        write_text_atomic(path, buf.getvalue())
+        writer.metrics_keys = sorted(header)
+
+
+def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     """Train, test and evaluate oracle interventions; return the metrics written to metrics.json.
+
+    ``resume``: continue the run in ``cfg.output_dir`` from its ``checkpoints/last.ckpt`` (model,
+    optimiser, scheduler, callbacks; batch order and random numbers depend on the seed and the
+    epoch only), so it ends with the metrics an uninterrupted run would have. Without it, a
+    directory that already holds a run is refused rather than mixed with it.
 
     Under a multi-process strategy every rank trains and tests on its shard; only rank zero
     writes ``config.yaml`` / ``metrics.json``, runs the oracle table and prints (the other
     ranks return ``{}``).
     """
+    import lightning as L
+    from lightning.pytorch.utilities import rank_zero_only
+
+    from cbm.interventions.base import RandomPolicy
+    from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
+    from cbm.models import build_model
+    from cbm.training.checkpoint import read_checkpoint
+    from cbm.training.trainer import build_trainer, finish_wandb
+    from synthetic.datamodule import SyntheticDataModule
+    from synthetic.registry import data_info, load_data
+
     train_cfg, data_cfg, model_cfg = validate(cfg)
     run_dir = Path(train_cfg.output_dir)
     zero = rank_zero_only.rank == 0
-    if zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not resume and zero and (found := previous_run(run_dir)):
+        raise ValueError(
+            f"{run_dir} already holds a run ({found}): resume it with 'cbm-train resume={run_dir}' "
+            "or choose another directory"
+        )
+    if zero and not resume:
+        ensure_dir(run_dir)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if zero and resume:
+        clean_orphans(run_dir / "checkpoints")  # temp files of a checkpoint write the kill interrupted
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
 
     data = load_data(data_cfg, train_cfg.cache_dir)
@@ -67,14 +151,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         model.backbone.compile()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"
     trainer = build_trainer(train_cfg, run_dir, run_name)
+    if resume and zero:
+        restore_csv_log(trainer.loggers[0], int(read_checkpoint(last)["epoch"]))
     timing: dict[str, float] = {}
     try:
         start = time.perf_counter()
-        trainer.fit(model, datamodule=dm)
+        trainer.fit(model, datamodule=dm, ckpt_path=str(last) if resume else None, weights_only=True)
         timing["fit_s"] = time.perf_counter() - start
         ckpt = trainer.checkpoint_callback.best_model_path or None
         start = time.perf_counter()
-        test = trainer.test(model, datamodule=dm, ckpt_path=ckpt, verbose=False)[0]
+        test = trainer.test(model, datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)[0]
         timing["test_s"] = time.perf_counter() - start
         if not trainer.is_global_zero:
             return {}
@@ -130,8 +216,22 @@ def results_table(runs: list[dict[str, Any]]) -> str:
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 @clean_errors("cbm-train")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     run(cfg)
+
+
+@clean_errors("cbm-train")
+def resume_main(run_dir: str, overrides: list[str]) -> None:
+    run(resume_config(run_dir, overrides), resume=True)
+
+
+def main() -> None:
+    """``cbm-train [overrides]`` (a Hydra app) or ``cbm-train resume=<run dir> [trainer.max_epochs=N ...]``."""
+    resume = [a for a in sys.argv[1:] if a.startswith("resume=")]
+    if resume:
+        resume_main(resume[-1].partition("=")[2], [a for a in sys.argv[1:] if not a.startswith("resume=")])
+    else:
+        hydra_main()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ model's device.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from cbm.interventions.base import Batch, Intervener, Policy
+from synthetic.atomic import write_csv_atomic, write_json_atomic
 
 #: Columns of ``results.csv`` (and the keys of each row).
 COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
@@ -124,23 +124,10 @@ class ResultsGrid:
         return markdown_table(rows, cols)
 
     def to_csv(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            for r in self.rows:
-                w.writerow({c: "" if r.get(c) is None else r.get(c) for c in COLUMNS})
-        tmp.replace(path)
-        return path
+        return write_csv_atomic(path, self.rows, COLUMNS)
 
     def to_json(self, path: str | Path) -> Path:
-        from cbm.experiments.common import write_json_atomic
-
-        path = Path(path)
-        write_json_atomic(path, {"rows": self.rows, "blackbox_accuracy": self.blackbox_accuracy, "meta": self.meta})
-        return path
+        return write_json_atomic(path, {"rows": self.rows, "blackbox_accuracy": self.blackbox_accuracy, "meta": self.meta})
 
     @classmethod
     def from_json(cls, path: str | Path) -> ResultsGrid:

@@ -13,6 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from synthetic.atomic import savefig_atomic
+
 
 def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | None = None, title: str | None = None) -> Path:
     """Save a two-panel PNG: task accuracy vs ``k`` (one line per intervener/policy, the black
@@ -50,9 +52,4 @@ def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | N
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    tmp.replace(path)
-    return path
+    return savefig_atomic(fig, path)

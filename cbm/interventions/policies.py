@@ -19,12 +19,12 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
+from cbm.config.names import FAST_PATH_MODES, POLICIES, UNCERTAINTY_SOURCES
 from cbm.interventions.base import RandomPolicy, available_concepts, topk_mask
 from cbm.interventions.responsiveness import (
     DEFAULT_CHUNK_MB,
     DEFAULT_EXACT_MAX_CANDIDATES,
     DEFAULT_MAX_ASSIGNMENTS,
-    FAST_PATH_MODES,
     SearchResult,
     choose_exact,
     choose_prefix,
@@ -35,9 +35,6 @@ from cbm.interventions.responsiveness import (
     subset_table,
 )
 from cbm.models.state import ConceptState
-
-POLICIES = ("random", "uncertainty", "responsiveness")
-UNCERTAINTY_SOURCES = ("auto", "probs", "state")
 
 __all__ = ["POLICIES", "RandomPolicy", "ResponsivenessPolicy", "UncertaintyPolicy", "build_policy"]
 

@@ -47,6 +47,7 @@ from itertools import product
 import torch
 from torch import Tensor
 
+from cbm.config.names import SEARCH_METHODS
 from cbm.models.state import ConceptState
 
 #: Two responsiveness values closer than this are a tie (the smaller subset wins).
@@ -57,8 +58,6 @@ DEFAULT_CHUNK_MB = 256.0
 DEFAULT_EXACT_MAX_CANDIDATES = 100_000
 #: Greedy steps enumerate all 2^|S| assignments up to this many, then sample this many.
 DEFAULT_MAX_ASSIGNMENTS = 256
-SEARCH_METHODS = ("auto", "exact", "greedy")
-FAST_PATH_MODES = ("auto", "off")
 
 
 def n_candidate_pairs(n: int, k: int) -> int:

@@ -21,9 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from cbm.config.names import SCORES
 from cbm.models.state import ConceptState
-
-SCORES = ("probability", "uncertainty")
 
 
 def probability_score(logits: Tensor) -> Tensor:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import beta, binom
 
-METHODS = ("empirical", "sgr", "ltt")
+from cbm.config.names import CALIBRATION_METHODS as METHODS
 
 
 class CalibrationError(ValueError):

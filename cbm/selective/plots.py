@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from synthetic.cache import make_temp
+from synthetic.atomic import savefig_atomic
 
 
 def plot_risk_coverage(
@@ -71,10 +70,7 @@ def plot_risk_coverage(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fd, tmp = make_temp(path)
-        os.close(fd)
-        fig.savefig(tmp, dpi=120, format="png")
-        os.replace(tmp, path)
+        savefig_atomic(fig, path, dpi=120, format="png")
     finally:
         plt.close(fig)
     return path

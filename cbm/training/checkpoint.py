@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from cbm.models import ConceptModel, model_class
+from synthetic.atomic import atomic_write
 from synthetic.datamodule import SyntheticDataModule
 from synthetic.registry import data_config, data_info, load_data
 
@@ -25,16 +27,55 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return p
 
 
-def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> ConceptModel:
-    """Rebuild the model class recorded in the checkpoint and load its weights (eval mode)."""
-    ckpt_path = resolve_checkpoint(path)
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning checkpoint I/O through the project's atomic write path (temp file beside the
+    target, fsync, rename: a full disk or a killed process never leaves a truncated ``.ckpt``),
+    and loads that never unpickle code (``weights_only=True``)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        atomic_write(Path(path), lambda f: torch.save(checkpoint, f))
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> dict:
+        return read_checkpoint(path, map_location or "cpu")
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint's contents, loaded with ``weights_only=True``: tensors and plain data only, so
+    a file carrying a pickled payload is refused before anything in it runs."""
+    p = Path(path)
     try:
-        ckpt = torch.load(ckpt_path, map_location=map_location, weights_only=False)
-        hp = ckpt["hyper_parameters"]
-        cls = model_class(hp["model"]["name"])
-    except (KeyError, RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{ckpt_path} is not a cbm checkpoint ({type(err).__name__}: {err})") from None
-    model = cls.load_from_checkpoint(ckpt_path, map_location=map_location)
+        ckpt = torch.load(p, map_location=map_location, weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        raise ValueError(f"cannot read checkpoint {p}: {err.strerror.lower() if err.strerror else err}") from None
+    except Exception as err:  # UnpicklingError, RuntimeError (not a zip), EOFError (truncated) ...
+        if "weights only load failed" in str(err).lower():
+            raise ValueError(
+                f"{p} is not a cbm checkpoint: it holds objects other than tensors and plain data, "
+                "and loading them could run code (refused)"
+            ) from None
+        raise ValueError(f"{p} is not a readable checkpoint ({type(err).__name__})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{p} is not a cbm checkpoint (it holds a {type(ckpt).__name__}, not a dict)")
+    return ckpt
+
+
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> ConceptModel:
+    """Rebuild the model class recorded in the checkpoint and load its weights (eval mode).
+
+    Nothing in the file is executed: it is read with ``weights_only=True`` and the model is built
+    from the plain-data hyper-parameters, then its ``state_dict`` is loaded strictly."""
+    ckpt_path = resolve_checkpoint(path)
+    ckpt = read_checkpoint(ckpt_path, map_location)
+    hp = ckpt.get("hyper_parameters")
+    if not isinstance(hp, dict) or not isinstance(hp.get("model"), dict) or "data" not in hp or "state_dict" not in ckpt:
+        raise ValueError(f"{ckpt_path} is not a cbm checkpoint (no cbm model hyper-parameters or weights)")
+    cls = model_class(str(hp["model"].get("name", "cbm")))
+    try:
+        model = cls(model=hp["model"], data=hp["data"], data_cfg=hp.get("data_cfg"))
+        model.load_state_dict(ckpt["state_dict"], strict=True)
+    except (RuntimeError, TypeError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{ckpt_path}: weights do not fit the model it describes ({first})") from None
     model.eval()
     return model
 

@@ -11,6 +11,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import TrainConfig
+from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
 
 #: Checkpoint / early-stopping metric: the validation task loss keeps improving after the
@@ -74,6 +75,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         strategy=t.strategy,
         sync_batchnorm=t.sync_batchnorm,
         use_distributed_sampler=False,  # the datamodule shards its own batches (synthetic.datamodule)
+        plugins=[AtomicCheckpointIO()],
         precision=t.precision,
         deterministic=t.deterministic,
         logger=build_loggers(cfg, run_dir, run_name),

@@ -188,5 +188,7 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None) -> 
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
-    arrays = cached_arrays(cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="robot")
+    arrays = cached_arrays(
+        cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="robot", required=SyntheticData.ARRAY_KEYS
+    )
     return SyntheticData.from_arrays(arrays)

@@ -193,7 +193,9 @@ def cache_key(cfg: SudokuConfig) -> dict:
 
 def load(cfg: SudokuConfig, cache_dir: str | Path | None = None) -> SyntheticData:
     """:func:`generate` through the on-disk cache (``cache_dir=None``: no cache)."""
-    arrays = cached_arrays(cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku")
+    arrays = cached_arrays(
+        cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku", required=SyntheticData.ARRAY_KEYS
+    )
     return SyntheticData.from_arrays(arrays)
 
 

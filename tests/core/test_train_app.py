@@ -39,9 +39,11 @@ def test_blackbox_has_no_concept_metrics(compose_train):
     assert m["test/task_acc"] > 0.9 and "test/concept_acc" not in m and "oracle_random" not in m
 
 
-def test_same_seed_same_numbers(compose_train):
-    a = run(compose_train("data.modality=tabular", "trainer.max_epochs=2", *SMALL))
-    b = run(compose_train("data.modality=tabular", "trainer.max_epochs=2", *SMALL))
+def test_same_seed_same_numbers(compose_train, tmp_path):
+    cfgs = [compose_train("data.modality=tabular", "trainer.max_epochs=2", *SMALL) for _ in range(2)]
+    for i, cfg in enumerate(cfgs):
+        cfg.output_dir = str(tmp_path / f"run{i}")
+    a, b = run(cfgs[0]), run(cfgs[1])
     for key in ("test/task_acc", "test/concept_acc", "test/concept_auroc", "test/task_loss"):
         assert a[key] == b[key]
 

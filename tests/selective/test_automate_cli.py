@@ -68,10 +68,11 @@ def run_toy(tmp_path, **overrides):
 
 
 def test_report_and_files(tmp_path, monkeypatch):
-    import cbm.experiments.automate as app
 
     # A deterministic policy by name, so the numbers below do not depend on the random stream.
-    monkeypatch.setattr(app, "policy_factory", lambda name, seed, **kw: MostUncertainPolicy)
+    import cbm.selective.automation as flow
+
+    monkeypatch.setattr(flow, "policy_factory", lambda name, seed, **kw: MostUncertainPolicy)
     report = run_toy(tmp_path, method="ltt", target_accuracy=0.95, costs={"c0": 2.0})
     cal = report["calibration"]
     assert cal["method"] == "ltt" and cal["guaranteed"] and cal["bound"] >= 0.95 and cal["n_cal"] == 400

@@ -1,0 +1,76 @@
+"""Typed schema of ``conf/automate.yaml`` (``cbm-automate``); torch-free, so a bad value is
+reported before anything heavy is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cbm.config.names import AUTOMATION_INTERVENERS as INTERVENERS
+from cbm.config.names import CALIBRATION_METHODS as METHODS
+from cbm.config.names import DEVICES, POLICIES, SCORES
+from cbm.config.validate import ConfigError, to_dataclass
+
+
+@dataclass
+class AutomateConfig:
+    """Typed schema of ``conf/automate.yaml``."""
+
+    checkpoint: str = ""
+    target_accuracy: float = 0.95
+    delta: float = 0.1
+    method: str = "ltt"
+    score: str = "probability"
+    policy: str = "random"
+    policy_args: dict[str, Any] = field(default_factory=dict)
+    intervener: str = "oracle"
+    intervener_args: dict[str, Any] = field(default_factory=dict)
+    ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
+    costs: dict[str, float] | None = None
+    data_overrides: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    batch_size: int = 256
+    eval_batch_size: int = 1024
+    #: auto | cpu | cuda: where calibration and the automation flow run.
+    device: str = "auto"
+    cache_dir: str | None = ".cache/cbm"
+    output_dir: str = "."
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
+        if not self.checkpoint or self.checkpoint == "???":
+            raise ValueError(
+                "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"
+            )
+        if not 0.0 < self.target_accuracy <= 1.0:
+            raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got '{self.policy}'")
+        if self.intervener not in INTERVENERS:
+            raise ValueError(f"intervener must be one of {tuple(INTERVENERS)}, got '{self.intervener}'")
+        if not self.ks:
+            raise ValueError("ks must list at least one budget (e.g. [0, 1, 3, max])")
+        for k in self.ks:
+            if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
+                raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise ValueError("batch_size and eval_batch_size must be >= 1")
+
+
+def validate(cfg: DictConfig | dict) -> AutomateConfig:
+    """Typed config; raises ConfigError with one clear line."""
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    if raw.get("checkpoint") in (None, "", "???"):
+        raise ConfigError("checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>")
+    return to_dataclass(AutomateConfig, raw, "config")

@@ -1,0 +1,185 @@
+"""The one write path for every file the project produces: datasets in the cache, checkpoints,
+metrics, results, exports and plots.
+
+A file is written to a temp file beside its destination (same filesystem), flushed and
+``fsync``-ed, then renamed over the destination with ``os.replace``: readers see the old file or
+the new one, never a partial one, and a failed write (disk full, read-only, file-size limit,
+killed process) leaves the destination as it was. Temp files carry their writer's host and pid,
+so :func:`clean_orphans` can remove those of writers that died (``kill -9``) on the next access.
+
+I/O failures become :class:`WriteError` (an ``OSError``) whose message is one line naming the
+file and the problem, e.g. ``cannot write out/metrics.json: no space left on device``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+#: Temp files of writers on other hosts (shared filesystems) are removed after this long.
+ORPHAN_AGE_S = 24 * 3600
+TMP_SUFFIX = ".tmp"
+
+_REASONS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EFBIG: "file too large (a file-size limit of this process or filesystem)",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+    errno.EISDIR: "it is a directory",
+    errno.EEXIST: "a file is in the way of a directory",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+class WriteError(OSError):
+    """A file could not be written; ``str()`` is one line naming the file and the reason."""
+
+
+def describe(err: OSError, path: str | Path | None = None, verb: str = "write") -> str:
+    """One line for an ``OSError``: ``cannot <verb> <path>: <reason>``."""
+    reason = _REASONS.get(err.errno or -1) or (err.strerror or type(err).__name__).lower()
+    where = path if path is not None else (err.filename or "?")
+    return f"cannot {verb} {where}: {reason}"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "_") or "host"
+
+
+def temp_path(path: Path) -> Path:
+    """``.<name>.<host>.<pid>.<ns>.tmp`` beside ``path``."""
+    return path.with_name(f".{path.name}.{_host()}.{os.getpid()}.{time.monotonic_ns()}{TMP_SUFFIX}")
+
+
+def ensure_dir(directory: str | Path) -> Path:
+    """``mkdir -p`` with one-line errors (a file in the way, read-only, no permission)."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise WriteError(errno.EEXIST, f"cannot create directory {d}: a file is in the way") from None
+    except OSError as err:
+        raise WriteError(err.errno, describe(err, d, "create directory")) from None
+    if not d.is_dir():
+        raise WriteError(errno.ENOTDIR, f"cannot create directory {d}: a file is in the way")
+    return d
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call ``write(f)`` on a binary temp file beside ``path``, then rename it to ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        raise WriteError(errno.EISDIR, f"cannot write {path}: it is a directory")
+    ensure_dir(path.parent)
+    tmp = temp_path(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        _unlink(tmp)
+        if isinstance(err, WriteError):
+            raise
+        raise WriteError(err.errno, describe(err, path)) from None
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return path
+
+
+def _unlink(p: Path) -> None:
+    try:
+        os.unlink(p)
+    except OSError:
+        pass
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    return write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> Path:
+    """JSON with sorted keys (numpy / torch scalars as floats)."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=float) + "\n")
+
+
+def write_csv_atomic(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+    """CSV with a header of ``columns`` (``None`` as empty cells, other keys ignored)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: "" if r.get(c) is None else r.get(c) for c in columns})
+    return write_text_atomic(path, buf.getvalue())
+
+
+def save_npz_atomic(path: str | Path, arrays: dict[str, Any]) -> Path:
+    import numpy as np
+
+    return atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def savefig_atomic(fig: Any, path: str | Path, **kwargs: Any) -> Path:
+    """A matplotlib figure (PNG unless ``format`` says otherwise)."""
+    kwargs.setdefault("format", Path(path).suffix.lstrip(".") or "png")
+    return atomic_write(path, lambda f: fig.savefig(f, **kwargs))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_orphans(directory: str | Path) -> int:
+    """Remove temp files left in ``directory`` by writers that died; the number removed.
+
+    A temp file of this host is an orphan when its pid is gone; one of another host when it is
+    older than :data:`ORPHAN_AGE_S`. Files of live writers are never touched.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        return 0
+    removed, host, now = 0, _host(), time.time()
+    for p in d.glob(f".*{TMP_SUFFIX}"):
+        parts = p.name[: -len(TMP_SUFFIX)].split(".")
+        if len(parts) < 5 or not parts[-2].isdigit():
+            continue
+        tmp_host, pid = parts[-3], int(parts[-2])
+        try:
+            orphan = not _alive(pid) if tmp_host == host else now - p.stat().st_mtime > ORPHAN_AGE_S
+        except OSError:
+            continue
+        if orphan:
+            _unlink(p)
+            removed += 1
+    return removed
