@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config.names import AUTOMATION_INTERVENERS as INTERVENERS
 from cbm.config.names import CALIBRATION_METHODS as METHODS
 from cbm.config.names import DEVICES, POLICIES, SCORES
+from cbm.config.paths import resolve_checkpoint
 from cbm.config.validate import ConfigError, to_dataclass
 
 
@@ -66,11 +67,14 @@ class AutomateConfig:
             raise ValueError("batch_size and eval_batch_size must be >= 1")
 
 
-def validate(cfg: DictConfig | dict) -> AutomateConfig:
+def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig:
     """Typed config; raises ConfigError with one clear line."""
     raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
     if raw.get("checkpoint") in (None, "", "???"):
         raise ConfigError("checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>")
-    return to_dataclass(AutomateConfig, raw, "config")
+    c = to_dataclass(AutomateConfig, raw, "config")
+    if check_paths:  # before any work: a missing file is one line, not a half-made run
+        resolve_checkpoint(c.checkpoint)
+    return c

@@ -17,6 +17,7 @@ from cbm.config.names import (
     SPLITS,
     UNCERTAINTY_SOURCES,
 )
+from cbm.config.paths import resolve_blackbox, resolve_checkpoint
 from cbm.config.validate import to_dataclass
 
 
@@ -136,8 +137,13 @@ class InterveneConfig:
             raise ValueError("intervener 'llm' needs llm.client (a 'module:callable' that returns the client)")
 
 
-def validate(cfg: DictConfig | dict) -> InterveneConfig:
+def validate(cfg: DictConfig | dict, check_paths: bool = True) -> InterveneConfig:
     raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
     assert isinstance(raw, dict)
     raw.pop("hydra", None)
-    return to_dataclass(InterveneConfig, raw, "config")
+    c = to_dataclass(InterveneConfig, raw, "config")
+    if check_paths:  # before any work: a missing file is one line, not a half-made run
+        resolve_checkpoint(c.checkpoint)
+        if c.blackbox:
+            resolve_blackbox(c.blackbox)
+    return c

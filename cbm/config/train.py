@@ -90,6 +90,8 @@ class OracleConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"interventions.seed must be >= 0, got {self.seed}")
         for k in self.ks:
             if not (k == "max" or (isinstance(k, int) and k >= 0)):
                 raise ValueError(f"interventions.ks entries must be integers >= 0 or 'max', got {k!r}")
@@ -107,5 +109,7 @@ class TrainConfig:
     interventions: OracleConfig = field(default_factory=OracleConfig)
 
     def __post_init__(self) -> None:
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("batch_size and eval_batch_size must be >= 1")

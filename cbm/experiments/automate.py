@@ -16,13 +16,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from omegaconf import DictConfig
 
 from cbm.config.automate import AutomateConfig, validate
 from cbm.config.validate import as_dict
-from cbm.experiments.common import CONF_DIR, clean_errors, markdown_table, resolve_device, write_json_atomic
+from cbm.experiments.cli import hydra_app
+from cbm.experiments.common import markdown_table, resolve_device, write_json_atomic
 from synthetic.atomic import ensure_dir, write_csv_atomic
 
 log = logging.getLogger("cbm.automate")
@@ -196,10 +196,14 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     return report
 
 
-@hydra.main(config_path=CONF_DIR, config_name="automate", version_base="1.3")
-@clean_errors("cbm-automate")
-def main(cfg: DictConfig) -> None:
-    run(cfg)
+main = hydra_app(
+    "cbm-automate",
+    "automate",
+    run,
+    validate,
+    "Calibrated abstention on the calibration split, then automation of the test split with up to k\nconcepts from a human; writes automation.json / automation.csv / risk_coverage.png.",
+    ['checkpoint=outputs/sudoku-cbm/<time>', "checkpoint=<run> target_accuracy=0.99 method=sgr delta=0.05 'ks=[0,1,3,max]'", 'checkpoint=<run> policy=responsiveness intervener=expert device=cuda'],
+)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -54,8 +55,32 @@ def fail(prog: str, message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def hydra_run_dir() -> Path | None:
+    """The run directory Hydra made for this job (``None`` outside a Hydra app)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+    except Exception:
+        return None
+
+
+def remove_if_unused(run_dir: Path | None) -> None:
+    """Delete a run directory that holds nothing but Hydra's own files (``.hydra/``, job logs):
+    a run that failed before its work started leaves nothing behind."""
+    if run_dir is None or not run_dir.is_dir():
+        return
+    entries = list(run_dir.iterdir())
+    if all(p.name == ".hydra" or p.suffix == ".log" for p in entries):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.parent  # e.g. outputs/robot-cbm/, when this run was its only one
+        if parent.name != "outputs" and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+
+
 def clean_errors(prog: str) -> Callable:
-    """Decorator: bad-input exceptions become one ``prog: error: ...`` line and exit code 2."""
+    """Decorator: bad-input exceptions become one ``prog: error: ...`` line and exit code 2, and a
+    Hydra run directory the failed job did not use is removed."""
 
     def deco(fn: Callable) -> Callable:
         @wraps(fn)
@@ -65,6 +90,7 @@ def clean_errors(prog: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except USER_ERRORS as err:
+                remove_if_unused(hydra_run_dir())
                 fail(prog, one_line(err))
 
         return wrapper

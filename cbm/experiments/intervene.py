@@ -16,12 +16,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from cbm.config import ConfigError
 from cbm.config.intervene import InterveneConfig, validate
-from cbm.experiments.common import CONF_DIR, clean_errors, resolve_device
+from cbm.experiments.cli import hydra_app
+from cbm.experiments.common import resolve_device
 
 if TYPE_CHECKING:  # heavy (torch) modules load only once the config is valid
     import torch
@@ -144,10 +144,14 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     return grid
 
 
-@hydra.main(config_path=CONF_DIR, config_name="intervene", version_base="1.3")
-@clean_errors("cbm-intervene")
-def main(cfg: DictConfig) -> None:
-    run(cfg)
+main = hydra_app(
+    "cbm-intervene",
+    "intervene",
+    run,
+    validate,
+    "Test-time concept interventions on a trained run: every intervener x policy x budget k;\nwrites results.csv / results.json / accuracy_vs_k.png.",
+    ['checkpoint=outputs/robot-cbm/<time>', "checkpoint=<run> 'policies=[random,responsiveness]' 'ks=[0,1,2,3,max]' blackbox=<black-box run>", 'checkpoint=<run> interveners=[expert] expert.accuracy=0.9 device=cuda'],
+)
 
 
 if __name__ == "__main__":

@@ -14,21 +14,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.config import to_dataclass
+from cbm.config import ConfigError, to_dataclass
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
+from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import (
-    CONF_DIR,
     clean_errors,
     markdown_table,
     write_json_atomic,
     write_text_atomic,
 )
-from cbm.models import model_class
+from cbm.models.config import model_config_class
 from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
 
@@ -36,14 +35,32 @@ log = logging.getLogger("cbm.train")
 
 
 def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
-    """Typed train / data / model configs; raises ConfigError with one clear line."""
+    """Typed train / data / model configs and the checks a run needs before it starts (non-empty
+    train / val / test splits, an accelerator that exists); raises ConfigError with one clear line."""
     raw = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(raw, dict)
+    raw.pop("hydra", None)
     data_raw, model_raw = raw.pop("data"), raw.pop("model")
     train = to_dataclass(TrainConfig, raw, "config")
     data = data_config(data_raw)
     name = model_raw.get("name", "cbm")
-    model_cfg = as_dict(to_dataclass(model_class(name).config_cls, model_raw, "model"))
+    model_cfg = as_dict(to_dataclass(model_config_class(name), model_raw, "model"))
+    sizes = data.split_sizes
+    for split, why in (("train", "to train on"), ("val", "to choose the best checkpoint"), ("test", "to test on")):
+        if sizes.get(split, 0) < 1:
+            raise ConfigError(f"data: the {split} split is empty ({sizes}); cbm-train needs one {why}")
+    if train.trainer.accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={train.trainer.accelerator} but no CUDA GPU is available "
+                "(use trainer.accelerator=cpu or auto)"
+            )
+        n = train.trainer.devices
+        have = torch.cuda.device_count()
+        if isinstance(n, int) and n > have:
+            raise ConfigError(f"trainer.devices={n} but only {have} CUDA GPU(s) are available")
     return train, data, model_cfg
 
 
@@ -134,9 +151,6 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
             f"{run_dir} already holds a run ({found}): resume it with 'cbm-train resume={run_dir}' "
             "or choose another directory"
         )
-    if zero and not resume:
-        ensure_dir(run_dir)
-        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     if zero and resume:
         clean_orphans(run_dir / "checkpoints")  # temp files of a checkpoint write the kill interrupted
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
@@ -153,6 +167,9 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     trainer = build_trainer(train_cfg, run_dir, run_name)
     if resume and zero:
         restore_csv_log(trainer.loggers[0], int(read_checkpoint(last)["epoch"]))
+    if zero and not resume:  # the work starts: from here on the directory holds this run
+        ensure_dir(run_dir)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     timing: dict[str, float] = {}
     try:
         start = time.perf_counter()
@@ -214,10 +231,21 @@ def results_table(runs: list[dict[str, Any]]) -> str:
     return markdown_table(rows, cols)
 
 
-@hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
-@clean_errors("cbm-train")
-def hydra_main(cfg: DictConfig) -> None:
-    run(cfg)
+hydra_main = hydra_app(
+    "cbm-train",
+    "train",
+    run,
+    validate,
+    "Train one model on one synthetic dataset, test it and report oracle interventions;\n"
+    "'cbm-train resume=<run dir>' continues a killed run to the metrics an uninterrupted run reaches.",
+    [
+        "model=cem seed=1",
+        "data=sudoku_50px model=cbm_sudoku trainer=gpu",
+        "--multirun model=blackbox,cbm,cem,probcbm,ecbm seed=0,1,2",
+        "trainer=ddp trainer.devices=4",
+        "resume=outputs/robot-cbm/<time>",
+    ],
+)
 
 
 @clean_errors("cbm-train")

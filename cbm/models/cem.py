@@ -17,37 +17,13 @@ unlike the reference code, which tiles one mask across the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, replace_concepts, with_hint
-from cbm.models.config import ModelConfig, OptimConfig
+from cbm.models.config import CEMConfig
 from cbm.models.state import ConceptState
-
-
-@dataclass
-class CEMConfig(ModelConfig):
-    """CEM knobs; defaults are the reference implementation's (``mateoespinosa/cem``)."""
-
-    name: str = "cem"
-    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
-    #: Size ``k`` of each concept's positive / negative embedding.
-    emb_size: int = 16
-    #: RandInt probability of intervening on a concept during training (per sample and concept).
-    randint_prob: float = 0.25
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.training != "joint":
-            raise ValueError(f"model.training: CEM trains jointly, got '{self.training}'")
-        if self.emb_size <= 0:
-            raise ValueError(f"model.emb_size must be > 0, got {self.emb_size}")
-        if not 0.0 <= self.randint_prob <= 1.0:
-            raise ValueError(f"model.randint_prob must be in [0, 1], got {self.randint_prob}")
 
 
 class CEM(ConceptModel):

@@ -92,6 +92,147 @@ class ModelConfig:
             raise ValueError("model.sequential_concept_fraction must be in (0, 1)")
 
 
+# ------------------------------------------------------------------ per-architecture schemas
+@dataclass
+class CEMConfig(ModelConfig):
+    """CEM knobs; defaults are the reference implementation's (``mateoespinosa/cem``)."""
+
+    name: str = "cem"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
+    #: Size ``k`` of each concept's positive / negative embedding.
+    emb_size: int = 16
+    #: RandInt probability of intervening on a concept during training (per sample and concept).
+    randint_prob: float = 0.25
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training != "joint":
+            raise ValueError(f"model.training: CEM trains jointly, got '{self.training}'")
+        if self.emb_size <= 0:
+            raise ValueError(f"model.emb_size must be > 0, got {self.emb_size}")
+        if not 0.0 <= self.randint_prob <= 1.0:
+            raise ValueError(f"model.randint_prob must be in [0, 1], got {self.randint_prob}")
+
+
+@dataclass
+class ProbCBMConfig(ModelConfig):
+    """ProbCBM knobs; defaults from the reference ``ejkim47/prob-cbm`` (configs/config_exp.yaml).
+
+    ``training`` follows the reference ``train_class_mode``: ``sequential`` (default) trains the
+    class predictor on detached concept samples, ``joint`` lets the class loss reach the encoder,
+    ``independent`` feeds it samples around the ground-truth prototypes.
+    """
+
+    name: str = "probcbm"
+    training: str = "sequential"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
+    #: Dimension ``d`` of each concept embedding (reference ``hidden_dim``).
+    emb_size: int = 16
+    #: Dimension of the class embedding space (reference ``class_hidden_dim``).
+    class_emb_size: int = 128
+    n_samples_train: int = 50
+    #: Monte-Carlo samples at inference; 0 uses the mean embedding only.
+    n_samples_infer: int = 50
+    #: Seed of the fixed inference noise buffer.
+    mc_seed: int = 0
+    #: Initial value of the learned concept and class distance scales.
+    scale_init: float = 5.0
+    #: Weight of the KL(N(mu, sigma^2) || N(0, I)) regulariser (reference ``vib_beta``).
+    kl_weight: float = 5e-5
+    #: Training-time intervention: probability that an MC draw of a sample is replaced by the
+    #: ground-truth prototypes of all its concepts (reference ``intervention_prob``).
+    train_intervention_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.emb_size, self.class_emb_size, self.n_samples_train) <= 0 or self.n_samples_infer < 0:
+            raise ValueError("model.emb_size, class_emb_size and n_samples_train must be > 0, n_samples_infer >= 0")
+        if self.scale_init <= 0 or self.kl_weight < 0:
+            raise ValueError("model.scale_init must be > 0 and model.kl_weight >= 0")
+        if not 0.0 <= self.train_intervention_prob <= 1.0:
+            raise ValueError(f"model.train_intervention_prob must be in [0, 1], got {self.train_intervention_prob}")
+
+
+@dataclass
+class EnergyWeights:
+    """Weights of the three energies in the joint energy minimised at inference."""
+
+    xy: float = 1.0
+    xc: float = 1.0
+    cy: float = 1.0
+
+    def __post_init__(self) -> None:
+        if min(self.xy, self.xc, self.cy) < 0 or self.xy + self.cy <= 0:
+            raise ValueError("energy weights must be >= 0 with xy + cy > 0 (else no class is preferred)")
+
+
+@dataclass
+class ECBMConfig(ModelConfig):
+    """ECBM knobs; defaults from the reference (configs/cub.json, GradientInference.py).
+
+    ``task_loss_weight`` / ``concept_loss_weight`` / ``global_loss_weight`` weigh the class,
+    concept and global energy losses (reference ``lambda_xy`` 3, ``lambda_xc`` 1, ``lambda_cy`` 1).
+    """
+
+    name: str = "ecbm"
+    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
+    task_loss_weight: float = 3.0
+    global_loss_weight: float = 1.0
+    #: Width of the energy networks (reference ``hid_size`` 512 = a quarter of its 2048-d features;
+    #: a quarter of the default 128-d backbone here).
+    hidden_dim: int = 32
+    dropout: float = 0.2
+    #: Global-energy augmentation: a sample is perturbed with this probability ...
+    #: Off by default (the reference uses 0.2): flipping concepts while keeping y teaches E_cy a
+    #: noisy rule, and all-true interventions then reached only 97.7% on robot images (99.1% tabular).
+    perturb_sample_prob: float = 0.0
+    #: ... and then each of its concepts flipped with this probability.
+    perturb_concept_prob: float = 0.2
+    #: Joint-energy weights at inference (reference defaults lambda_xy 1, lambda_xc 1, lambda_cy 0.01).
+    infer_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=1.0, xc=1.0, cy=0.01))
+    #: Weights for rows with intervened concepts. The reference turns the class energy off (kept
+    #: here) and uses (xc 0, cy 3), but its global energy thresholds concepts, so they never moved;
+    #: with soft concepts E_xc must anchor the free ones to the input, and cy 3 let E_cy override
+    #: it (robot tabular: accuracy 1.00 -> 0.95 at k=1), so the training balance (1, 1) is used.
+    intervene_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=0.0, xc=1.0, cy=1.0))
+    #: Gradient-descent bound, step size and per-row stopping tolerance (max |gradient|).
+    infer_steps: int = 100
+    infer_lr: float = 1.0
+    infer_tol: float = 1e-4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training != "joint":
+            raise ValueError(f"model.training: ECBM trains jointly, got '{self.training}'")
+        if self.hidden_dim <= 0 or self.infer_steps < 0 or self.infer_lr <= 0 or self.infer_tol < 0:
+            raise ValueError("model.hidden_dim and infer_lr must be > 0, infer_steps and infer_tol >= 0")
+        if self.global_loss_weight < 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError("model.global_loss_weight must be >= 0 and model.dropout in [0, 1)")
+        for p in (self.perturb_sample_prob, self.perturb_concept_prob):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"model.perturb_*_prob must be in [0, 1], got {p}")
+
+
+#: ``model.name`` -> its schema (torch-free: configs are validated before torch is imported).
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
+    "cbm": ModelConfig,
+    "blackbox": ModelConfig,
+    "cem": CEMConfig,
+    "probcbm": ProbCBMConfig,
+    "ecbm": ECBMConfig,
+}
+
+
+def model_config_class(name: str) -> type[ModelConfig]:
+    """The schema of ``model.name``; an unknown name is one clear error."""
+    if name not in MODEL_CONFIGS:
+        raise ValueError(f"unknown model '{name}', expected one of {sorted(MODEL_CONFIGS)}")
+    return MODEL_CONFIGS[name]
+
+
 @dataclass
 class DataInfo:
     """What a model needs to know about its dataset (stored in checkpoints)."""

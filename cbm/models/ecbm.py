@@ -31,76 +31,13 @@ minimisation never tracks parameter gradients and never uses dropout, so it is d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, with_hint
-from cbm.models.config import ModelConfig, OptimConfig
+from cbm.models.config import ECBMConfig
 from cbm.models.state import ConceptState
-
-
-@dataclass
-class EnergyWeights:
-    """Weights of the three energies in the joint energy minimised at inference."""
-
-    xy: float = 1.0
-    xc: float = 1.0
-    cy: float = 1.0
-
-    def __post_init__(self) -> None:
-        if min(self.xy, self.xc, self.cy) < 0 or self.xy + self.cy <= 0:
-            raise ValueError("energy weights must be >= 0 with xy + cy > 0 (else no class is preferred)")
-
-
-@dataclass
-class ECBMConfig(ModelConfig):
-    """ECBM knobs; defaults from the reference (configs/cub.json, GradientInference.py).
-
-    ``task_loss_weight`` / ``concept_loss_weight`` / ``global_loss_weight`` weigh the class,
-    concept and global energy losses (reference ``lambda_xy`` 3, ``lambda_xc`` 1, ``lambda_cy`` 1).
-    """
-
-    name: str = "ecbm"
-    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
-    task_loss_weight: float = 3.0
-    global_loss_weight: float = 1.0
-    #: Width of the energy networks (reference ``hid_size`` 512 = a quarter of its 2048-d features;
-    #: a quarter of the default 128-d backbone here).
-    hidden_dim: int = 32
-    dropout: float = 0.2
-    #: Global-energy augmentation: a sample is perturbed with this probability ...
-    #: Off by default (the reference uses 0.2): flipping concepts while keeping y teaches E_cy a
-    #: noisy rule, and all-true interventions then reached only 97.7% on robot images (99.1% tabular).
-    perturb_sample_prob: float = 0.0
-    #: ... and then each of its concepts flipped with this probability.
-    perturb_concept_prob: float = 0.2
-    #: Joint-energy weights at inference (reference defaults lambda_xy 1, lambda_xc 1, lambda_cy 0.01).
-    infer_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=1.0, xc=1.0, cy=0.01))
-    #: Weights for rows with intervened concepts. The reference turns the class energy off (kept
-    #: here) and uses (xc 0, cy 3), but its global energy thresholds concepts, so they never moved;
-    #: with soft concepts E_xc must anchor the free ones to the input, and cy 3 let E_cy override
-    #: it (robot tabular: accuracy 1.00 -> 0.95 at k=1), so the training balance (1, 1) is used.
-    intervene_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=0.0, xc=1.0, cy=1.0))
-    #: Gradient-descent bound, step size and per-row stopping tolerance (max |gradient|).
-    infer_steps: int = 100
-    infer_lr: float = 1.0
-    infer_tol: float = 1e-4
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.training != "joint":
-            raise ValueError(f"model.training: ECBM trains jointly, got '{self.training}'")
-        if self.hidden_dim <= 0 or self.infer_steps < 0 or self.infer_lr <= 0 or self.infer_tol < 0:
-            raise ValueError("model.hidden_dim and infer_lr must be > 0, infer_steps and infer_tol >= 0")
-        if self.global_loss_weight < 0 or not 0.0 <= self.dropout < 1.0:
-            raise ValueError("model.global_loss_weight must be >= 0 and model.dropout in [0, 1)")
-        for p in (self.perturb_sample_prob, self.perturb_concept_prob):
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"model.perturb_*_prob must be in [0, 1], got {p}")
 
 
 def _energy(h: Tensor, e: Tensor, w: Tensor, b: Tensor) -> Tensor:

@@ -30,58 +30,17 @@ given value (``sigma = 0``, ``mu = v a^+ + (1 - v) a^-``), so every sample is th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts, with_hint
-from cbm.models.config import ModelConfig, OptimConfig
+from cbm.models.config import ProbCBMConfig
 from cbm.models.state import ConceptState
 
 #: Log-variance clip: the reference's upper bound 10, and a lower bound so sigma never underflows.
 LOGVAR_RANGE = (-20.0, 10.0)
-
-
-@dataclass
-class ProbCBMConfig(ModelConfig):
-    """ProbCBM knobs; defaults from the reference ``ejkim47/prob-cbm`` (configs/config_exp.yaml).
-
-    ``training`` follows the reference ``train_class_mode``: ``sequential`` (default) trains the
-    class predictor on detached concept samples, ``joint`` lets the class loss reach the encoder,
-    ``independent`` feeds it samples around the ground-truth prototypes.
-    """
-
-    name: str = "probcbm"
-    training: str = "sequential"
-    #: The CBM's encoder rate (conf/model/cbm.yaml), so short runs compare like with like.
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3))
-    #: Dimension ``d`` of each concept embedding (reference ``hidden_dim``).
-    emb_size: int = 16
-    #: Dimension of the class embedding space (reference ``class_hidden_dim``).
-    class_emb_size: int = 128
-    n_samples_train: int = 50
-    #: Monte-Carlo samples at inference; 0 uses the mean embedding only.
-    n_samples_infer: int = 50
-    #: Seed of the fixed inference noise buffer.
-    mc_seed: int = 0
-    #: Initial value of the learned concept and class distance scales.
-    scale_init: float = 5.0
-    #: Weight of the KL(N(mu, sigma^2) || N(0, I)) regulariser (reference ``vib_beta``).
-    kl_weight: float = 5e-5
-    #: Training-time intervention: probability that an MC draw of a sample is replaced by the
-    #: ground-truth prototypes of all its concepts (reference ``intervention_prob``).
-    train_intervention_prob: float = 0.5
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if min(self.emb_size, self.class_emb_size, self.n_samples_train) <= 0 or self.n_samples_infer < 0:
-            raise ValueError("model.emb_size, class_emb_size and n_samples_train must be > 0, n_samples_infer >= 0")
-        if self.scale_init <= 0 or self.kl_weight < 0:
-            raise ValueError("model.scale_init must be > 0 and model.kl_weight >= 0")
-        if not 0.0 <= self.train_intervention_prob <= 1.0:
-            raise ValueError(f"model.train_intervention_prob must be in [0, 1], got {self.train_intervention_prob}")
 
 
 class ProbCBM(ConceptModel):

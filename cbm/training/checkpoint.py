@@ -8,23 +8,11 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from cbm.config.paths import resolve_checkpoint
 from cbm.models import ConceptModel, model_class
 from synthetic.atomic import atomic_write
 from synthetic.datamodule import SyntheticDataModule
 from synthetic.registry import data_config, data_info, load_data
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A ``.ckpt`` file, or a run directory holding ``checkpoints/best.ckpt`` (else ``last.ckpt``)."""
-    p = Path(path)
-    if p.is_dir():
-        for name in ("best.ckpt", "last.ckpt"):
-            if (p / "checkpoints" / name).exists():
-                return p / "checkpoints" / name
-        raise FileNotFoundError(f"no checkpoints/best.ckpt or last.ckpt in run directory {p}")
-    if not p.exists():
-        raise FileNotFoundError(f"checkpoint not found: {p}")
-    return p
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -172,6 +172,8 @@ class RobotConfig:
         for name in ("n_train", "n_calib", "n_test"):
             setattr(self, name, _integer(f"RobotConfig.{name}", getattr(self, name), 0))
         self.val_fraction = _number("RobotConfig.val_fraction", self.val_fraction, 0.0, 1.0)
+        if self.n_train + self.n_calib + self.n_test == 0:
+            _fail("RobotConfig.n_train", "every split is empty (n_train, n_calib and n_test are all 0)")
         self.renders_per_robot = _integer("RobotConfig.renders_per_robot", self.renders_per_robot, 1)
         self.text_shuffle = _boolean("RobotConfig.text_shuffle", self.text_shuffle)
         for name, cls in (("label", LabelConfig), ("nuisance", NuisanceConfig)):

@@ -107,6 +107,11 @@ class SudokuConfig:
         return {"train": self.n_train, "val": self.n_val, "calib": self.n_calib, "test": self.n_test}
 
     @property
+    def split_sizes(self) -> dict[str, int]:
+        """Boards per split (the name every data config shares)."""
+        return self.sizes
+
+    @property
     def n_total(self) -> int:
         return sum(self.sizes.values())
 

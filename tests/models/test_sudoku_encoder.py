@@ -205,9 +205,9 @@ def test_preset_builds_a_joint_cbm_with_the_validity_layer(tmp_path):
         tmp_path,
         "data=sudoku_18px",
         "data.n_train=8",
-        "data.n_val=0",
+        "data.n_val=2",
         "data.n_calib=0",
-        "data.n_test=0",
+        "data.n_test=2",
         "data.n_mip_seeds=1",
     )
     _, data_cfg, model_cfg = validate(cfg)
@@ -224,14 +224,14 @@ def test_preset_builds_a_joint_cbm_with_the_validity_layer(tmp_path):
     }
     losses, state, y_logits = model.compute_losses(batch)
     assert {"task_loss", "concept_loss", "aux_loss", "loss"} <= set(losses)
-    assert state.probs.shape == (8, 27) and y_logits.shape == (8, 2)
-    assert state.extras["features"].shape == (8, 729)
+    assert state.probs.shape == (12, 27) and y_logits.shape == (12, 2)
+    assert state.extras["features"].shape == (12, 729)
     losses["loss"].backward()
     assert model.backbone.net[-1].weight.grad.abs().sum() > 0
     # interventions keep the CBM meaning (probabilities replaced)
-    mask = torch.zeros(8, 27, dtype=torch.bool)
+    mask = torch.zeros(12, 27, dtype=torch.bool)
     mask[:, 0] = True
-    done = model.intervene(state, mask, torch.ones(8, 27))
+    done = model.intervene(state, mask, torch.ones(12, 27))
     assert (done.probs[:, 0] == 1).all()
 
 

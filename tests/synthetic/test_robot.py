@@ -225,9 +225,11 @@ def test_text_tokens_and_vocab():
 
 
 @pytest.mark.parametrize("modality", ["image", "text", "tabular"])
-def test_empty_dataset(modality):
-    data = generate(RobotConfig(modality=modality, n_train=0, n_calib=0, n_test=0))
-    assert len(data.x) == len(data.y) == 0 and data.c.shape == (0, 7)
+def test_empty_dataset_is_refused(modality):
+    with pytest.raises(ValueError, match="every split is empty"):
+        RobotConfig(modality=modality, n_train=0, n_calib=0, n_test=0)
+    data = generate(RobotConfig(modality=modality, n_train=0, n_calib=0, n_test=3))
+    assert len(data.x) == len(data.y) == 3 and data.c.shape == (3, 7)
 
 
 # --------------------------------------------------------------------------- cache
