@@ -31,7 +31,8 @@ class TrainerConfig:
     #: Stop when ``val/task_loss`` has not improved for this many epochs; 0 disables.
     early_stopping_patience: int = 0
     log_every_n_steps: int = 10
-    enable_progress_bar: bool = True
+    #: ``auto``: only when the output is a terminal (else one log line per epoch); or true / false.
+    enable_progress_bar: Any = "auto"
     gradient_clip_val: float = 0.0
 
     def __post_init__(self) -> None:
@@ -57,6 +58,8 @@ class TrainerConfig:
             raise ValueError("trainer.early_stopping_patience must be >= 0")
         if self.log_every_n_steps < 1:
             raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
+        if self.enable_progress_bar not in (True, False, "auto"):
+            raise ValueError(f"trainer.enable_progress_bar must be true, false or auto, got {self.enable_progress_bar!r}")
         if self.gradient_clip_val < 0:
             raise ValueError(f"trainer.gradient_clip_val must be >= 0 (0 disables clipping), got {self.gradient_clip_val}")
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from cbm.config.automate import AutomateConfig, validate
 from cbm.config.validate import as_dict
 from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import markdown_table, resolve_device, write_json_atomic
+from cbm.experiments.common import markdown_table, resolve_device, say, write_json_atomic
 from synthetic.atomic import ensure_dir, write_csv_atomic
 
 log = logging.getLogger("cbm.automate")
@@ -191,8 +191,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     dm.to_device(device)
     report = automate(model, dm, acfg)
     write_outputs(report, out_dir)
-    print(calibration_line(report))
-    print(results_table(report))
+    say(calibration_line(report) + "\n" + results_table(report))
     return report
 
 

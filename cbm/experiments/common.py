@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -48,6 +49,30 @@ def resolve_device(name: str):
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def say(text: str) -> None:
+    """Report to the user: through logging when a run's log is set up (the console shows the
+    plain text, ``<run dir>/<app>.log`` keeps it with a time stamp), else on stdout."""
+    logger = logging.getLogger("cbm")
+    if logging.getLogger().handlers and logger.isEnabledFor(logging.INFO):
+        logger.info(text)
+    else:
+        print(text)
+
+
+def log_to(run_dir: Path, app: str) -> None:
+    """The logging Hydra's ``job_logging: cbm`` gives, for runs outside Hydra (``cbm-train resume=``)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    root.setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stdout)
+    console.setFormatter(logging.Formatter("%(message)s"))
+    file = logging.FileHandler(run_dir / f"{app}.log", delay=True)
+    file.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] %(message)s"))
+    root.addHandler(console)
+    root.addHandler(file)
 
 
 def fail(prog: str, message: str, code: int = 2) -> None:

@@ -97,13 +97,40 @@ def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
         plt.close(fig)
 
 
+USAGE = f"usage: cbm-data {{{','.join(COMMANDS)}}} [data=<name>] [key=value ...]"
+HELP = f"""{USAGE}
+
+Inspect, export or look at a generated dataset (the same cache as cbm-train).
+
+  info     split sizes, class balance and concept prevalence
+  export   out=FILE.npz: x, c, c_true, y, split, names, attributes (+ Sudoku boards)
+  show     out=FILE.png n=16 split=test seed=0: a grid of samples with their labels and concepts
+
+datasets (data=): DATASETS; any data.<key>=value of conf/data/<name>.yaml.
+examples:
+  cbm-data info data=robot data.concept_set=fine
+  cbm-data export data=sudoku out=sudoku.npz
+  cbm-data show data=sudoku_18px out=boards.png n=8"""
+
+
 @clean_errors("cbm-data")
 def run(argv: list[str]) -> None:
+    from hydra.errors import HydraException
+
+    from cbm.experiments.cli import explain, group_options
+
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(HELP.replace("DATASETS", ", ".join(group_options("data"))))
+        return
     if not argv or argv[0] not in COMMANDS:
-        fail("cbm-data", f"usage: cbm-data {{{','.join(COMMANDS)}}} data=<name> [key=value ...]")
+        got = f" (got '{argv[0]}')" if argv else ""
+        fail("cbm-data", f"{USAGE}{got}")
     command, overrides = argv[0], argv[1:]
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = compose(config_name="data_cli", overrides=overrides)
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name="data_cli", overrides=overrides)
+    except HydraException as err:  # unknown group option or key, bad override syntax
+        fail("cbm-data", explain(err, overrides, "data_cli"))
     raw = OmegaConf.to_container(cfg, resolve=True)
     data_cfg = data_config(raw.pop("data"))
     opts = to_dataclass(DataCliConfig, raw, "cbm-data")
@@ -125,12 +152,7 @@ def run(argv: list[str]) -> None:
 
 
 def main() -> None:
-    from hydra.errors import HydraException
-
-    try:
-        run(sys.argv[1:])
-    except HydraException as err:  # unknown group option, bad override syntax
-        fail("cbm-data", str(err).strip().splitlines()[0])
+    run(sys.argv[1:])
 
 
 if __name__ == "__main__":

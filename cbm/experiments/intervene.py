@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config import ConfigError
 from cbm.config.intervene import InterveneConfig, validate
 from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import resolve_device
+from cbm.experiments.common import one_line, resolve_device, say
 
 if TYPE_CHECKING:  # heavy (torch) modules load only once the config is valid
     import torch
@@ -52,7 +52,15 @@ def load_client(spec: str, kwargs: dict[str, Any]) -> Any:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"llm.client: cannot import '{spec}' ({type(err).__name__}: {err})") from None
-    return factory(**kwargs)
+    if not callable(factory):
+        raise ValueError(f"llm.client: '{spec}' is not callable")
+    try:
+        client = factory(**kwargs)
+    except TypeError as err:
+        raise ValueError(f"llm.client: '{spec}'(**llm.client_kwargs) failed: {one_line(err)}") from None
+    if not callable(getattr(client, "ask", None)):
+        raise ValueError(f"llm.client: '{spec}' returned a {type(client).__name__}, not a client with ask(prompt, image=None)")
+    return client
 
 
 def build_interveners(cfg: InterveneConfig, concept_names: list[str]) -> dict[str, Any]:
@@ -137,10 +145,10 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
         if isinstance(iv, LLMIntervener):
             grid.meta[f"{name}_queries"], grid.meta[f"{name}_fallbacks"] = iv.n_queries, iv.n_fallbacks
     paths = grid.save(out_dir)
-    print(grid.table())
+    say(grid.table())
     if bb is not None:
-        print(f"black-box accuracy: {100 * bb:.2f}%")
-    print(f"results: {paths['csv']}  plot: {paths['plot']}")
+        say(f"black-box accuracy: {100 * bb:.2f}%")
+    say(f"results: {paths['csv']}  plot: {paths['plot']}")
     return grid
 
 

@@ -23,7 +23,9 @@ from cbm.config.validate import as_dict
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import (
     clean_errors,
+    log_to,
     markdown_table,
+    say,
     write_json_atomic,
     write_text_atomic,
 )
@@ -208,7 +210,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         write_json_atomic(run_dir / "timing.json", {k: round(v, 3) for k, v in timing.items()})
     finally:
         finish_wandb()
-    print(results_table([metrics]))
+    say(results_table([metrics]))
     return metrics
 
 
@@ -250,7 +252,9 @@ hydra_main = hydra_app(
 
 @clean_errors("cbm-train")
 def resume_main(run_dir: str, overrides: list[str]) -> None:
-    run(resume_config(run_dir, overrides), resume=True)
+    cfg = resume_config(run_dir, overrides)
+    log_to(Path(run_dir), "train")
+    run(cfg, resume=True)
 
 
 def main() -> None:

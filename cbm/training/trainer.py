@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -13,6 +17,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from cbm.config.train import TrainConfig
 from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
+
+log = logging.getLogger("cbm.train")
 
 #: Checkpoint / early-stopping metric: the validation task loss keeps improving after the
 #: accuracy saturates (ties in accuracy would keep an under-trained early epoch).
@@ -27,16 +33,17 @@ def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger
         from lightning.pytorch.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        loggers.append(
-            WandbLogger(
-                save_dir=str(run_dir),
-                project=wb.project,
-                entity=wb.entity,
-                name=wb.name or run_name,
-                tags=list(wb.tags),
-                offline=wb.mode == "offline",
-            )
+        wandb_logger = WandbLogger(
+            save_dir=str(run_dir),
+            project=wb.project,
+            entity=wb.entity,
+            name=wb.name or run_name,
+            tags=list(wb.tags),
+            offline=wb.mode == "offline",
         )
+        # Lightning always passes anonymous=None, which wandb answers with a deprecation warning.
+        wandb_logger._wandb_init.pop("anonymous", None)
+        loggers.append(wandb_logger)
     return loggers
 
 
@@ -59,6 +66,51 @@ class EpochSeeding(Callback):
         torch.manual_seed(stream_seed(self.seed, trainer.current_epoch, trainer.global_rank, MODEL_STREAM))
 
 
+class _DropLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def quiet_lightning() -> None:
+    """Keep the messages that tell the user something; drop Lightning's advertising and the
+    warnings that do not apply here (in-memory data needs no workers; short epochs log every epoch)."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_DropLitLoggerTip())
+    if logging.getLogger().handlers:  # the app's logging is set up: Lightning's lines go there, once
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*Experiment logs directory .* exists and is not empty.*")
+
+
+class EpochLine(Callback):
+    """One log line per epoch (the progress bar's replacement when output is not a terminal)."""
+
+    def __init__(self) -> None:
+        self.start = 0.0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        m = trainer.callback_metrics
+        parts = [f"{k} {float(m[k]):.4f}" for k in ("train/loss", "val/task_loss", "val/task_acc", "val/concept_acc") if k in m]
+        log.info("epoch %d/%d: %s (%.1f s)", trainer.current_epoch + 1, trainer.max_epochs, ", ".join(parts),
+                 time.perf_counter() - self.start)  # fmt: skip
+
+
+def progress_bar_wanted(setting: bool | str) -> bool:
+    """``auto``: a progress bar only when stderr is a terminal (no carriage-return spam in logs)."""
+    return sys.stderr.isatty() if setting == "auto" else bool(setting)
+
+
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
     callbacks: list[Callback] = [
@@ -66,7 +118,9 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
     ]
     if t.early_stopping_patience > 0:
         callbacks.append(EarlyStopping(monitor=MONITOR, mode="min", patience=t.early_stopping_patience))
-    callbacks += [EpochSeeding(cfg.seed), *(extra_callbacks or [])]
+    bar = progress_bar_wanted(t.enable_progress_bar)
+    callbacks += [EpochSeeding(cfg.seed), *([] if bar else [EpochLine()]), *(extra_callbacks or [])]
+    quiet_lightning()
     return L.Trainer(
         max_epochs=t.max_epochs,
         accelerator=t.accelerator,
@@ -81,7 +135,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         logger=build_loggers(cfg, run_dir, run_name),
         callbacks=callbacks,
         log_every_n_steps=t.log_every_n_steps,
-        enable_progress_bar=t.enable_progress_bar,
+        enable_progress_bar=bar,
         gradient_clip_val=t.gradient_clip_val or None,
         default_root_dir=str(run_dir),
         enable_model_summary=False,

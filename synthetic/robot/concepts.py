@@ -185,7 +185,11 @@ def concept_set_path(name_or_path: str) -> Path:
     if name_or_path in BUILTIN_SETS:
         return CONCEPT_SET_DIR / f"{name_or_path}.yaml"
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
+    if path.suffix in (".yaml", ".yml"):
+        if not path.exists():
+            raise ValueError(f"concept-set file not found: {path}")
+        if not path.is_file():
+            raise ValueError(f"concept-set path is not a file: {path}")
         return path
     raise ValueError(
         f"unknown concept_set '{name_or_path}'; expected one of {list(BUILTIN_SETS)} or a path to a .yaml file"
@@ -200,9 +204,16 @@ def load_concept_set(name_or_path: str) -> ConceptSet:
 
 @lru_cache(maxsize=32)
 def _load(path: str, _mtime: int) -> ConceptSet:
-    with open(path) as f:
-        doc = yaml.safe_load(f)
     where = f"concept set {path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ValueError(f"{where}: not valid YAML{at} ({getattr(err, 'problem', None) or type(err).__name__})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where}: unreadable ({type(err).__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("concepts"), list) or not doc["concepts"]:
         raise ValueError(f"{where}: expected a mapping with a non-empty 'concepts' list")
     concepts = []
