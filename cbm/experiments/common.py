@@ -21,8 +21,9 @@ from synthetic.atomic import WriteError, describe, write_json_atomic, write_text
 # directory unique, so parallel sweep jobs never share one.
 OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
 
-#: The repository's ``conf/`` directory (the only place defaults live).
-CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
+#: The Hydra configs (the only place defaults live): ``cbm/conf``, shipped inside the package so an
+#: installed wheel finds them; ``conf/`` at the top of a checkout is a link to it.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 #: Errors that mean "bad input" or an unusable file system, reported as one line and exit code 2.
 USER_ERRORS = (ConfigError, ValueError, KeyError, OSError)
