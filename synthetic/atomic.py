@@ -43,6 +43,9 @@ _REASONS = {
 class WriteError(OSError):
     """A file could not be written; ``str()`` is one line naming the file and the reason."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def describe(err: OSError, path: str | Path | None = None, verb: str = "write") -> str:
     """One line for an ``OSError``: ``cannot <verb> <path>: <reason>``."""
@@ -71,7 +74,7 @@ def ensure_dir(directory: str | Path) -> Path:
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
+    except (FileExistsError, NotADirectoryError):
         raise WriteError(errno.EEXIST, f"cannot create directory {d}: a file is in the way") from None
     except OSError as err:
         raise WriteError(err.errno, describe(err, d, "create directory")) from None

@@ -110,6 +110,18 @@ def compose_plain(config_name: str, overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def check_creatable(directory: str, what: str) -> None:
+    """A directory Hydra will create must not sit under a file or in a read-only place."""
+    p = Path(directory).absolute()
+    ancestor = p
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(f"{what}: cannot create {p}: {ancestor} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what}: cannot create {p}: {ancestor} is not writable")
+
+
 def precheck(config_name: str, overrides: list[str], validate: Callable[[DictConfig], Any]) -> None:
     """Compose and validate every config of the command line; :class:`ConfigError` with one line."""
     from hydra.core.global_hydra import GlobalHydra
@@ -122,6 +134,8 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
                 cfg = compose_plain(config_name, combo)
             except (HydraException, OmegaConfBaseException) as err:
                 raise ConfigError(explain(err, combo, config_name)) from None
+            check_creatable(str(cfg.hydra.run.dir), "hydra.run.dir")
+            check_creatable(str(cfg.hydra.sweep.dir), "hydra.sweep.dir")
             job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
             try:
                 validate(job)

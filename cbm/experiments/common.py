@@ -99,9 +99,10 @@ def remove_if_unused(run_dir: Path | None) -> None:
     entries = list(run_dir.iterdir())
     if all(p.name == ".hydra" or p.suffix == ".log" for p in entries):
         shutil.rmtree(run_dir, ignore_errors=True)
-        parent = run_dir.parent  # e.g. outputs/robot-cbm/, when this run was its only one
-        if parent.name != "outputs" and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+        cwd, parent = Path.cwd().resolve(), run_dir.resolve().parent  # e.g. outputs/robot-cbm/
+        while parent != cwd and cwd in parent.parents and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()  # folders Hydra made for this run alone
+            parent = parent.parent
 
 
 def clean_errors(prog: str) -> Callable:

@@ -17,47 +17,52 @@ from omegaconf import DictConfig
 from cbm.experiments.common import fail, one_line, write_json_atomic, write_text_atomic
 
 
-def read_metrics(path: Path) -> dict[str, Any] | None:
-    """One run's ``metrics.json``, or ``None`` (with a one-line note) when it is not one."""
+def read_metrics(path: Path) -> dict[str, Any] | str:
+    """One run's ``metrics.json``, or why it is not one."""
     try:
         m = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        print(f"cbm-report: skipping {path}: unreadable ({type(err).__name__})", file=sys.stderr)
-        return None
+        return f"unreadable ({type(err).__name__})"
     if not isinstance(m, dict) or not isinstance(m.get("model"), str) or not isinstance(m.get("dataset"), str):
-        print(f"cbm-report: skipping {path}: not a cbm-train metrics.json (no model / dataset)", file=sys.stderr)
-        return None
+        return "not a cbm-train metrics.json (no model / dataset)"
     oracle = m.get("oracle_random", {})
     if not isinstance(oracle, dict) or not all(str(k).isdigit() and isinstance(v, int | float) for k, v in oracle.items()):
-        print(f"cbm-report: skipping {path}: oracle_random must map budgets to accuracies", file=sys.stderr)
-        return None
+        return "oracle_random must map integer budgets to accuracies"
     if not isinstance(m.get("seed", 0), int):
         m["seed"] = 0
     return m
 
 
-def collect(root: str | Path) -> list[dict[str, Any]]:
-    """All ``metrics.json`` under ``root``, in a stable order (dataset, model, seed)."""
-    runs = []
+def collect(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The runs under ``root`` in a stable order (dataset, model, seed), and one note per
+    ``metrics.json`` that is not a run's."""
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory (give a run or sweep directory)")
+    runs, skipped = [], []
     for path in sorted(root.rglob("metrics.json")):
         m = read_metrics(path)
-        if m is not None:
+        if isinstance(m, str):
+            skipped.append(f"{path}: {m}")
+        else:
             runs.append(m)
     order = {"blackbox": 0, "cbm": 1, "cem": 2, "probcbm": 3, "ecbm": 4}
-    return sorted(runs, key=lambda r: (r.get("dataset", ""), order.get(r.get("model"), 9), r.get("seed", 0)))
+    return sorted(runs, key=lambda r: (r.get("dataset", ""), order.get(r.get("model"), 9), r.get("seed", 0))), skipped
 
 
 def write_report(root: str | Path) -> str:
+    """The table of every run under ``root``, also written to ``results.md`` / ``results.json``
+    there; files that are not a run's are named on stderr."""
     from cbm.experiments.train import results_table
 
-    runs = collect(root)
+    runs, skipped = collect(root)
     if not runs:
-        raise FileNotFoundError(f"no metrics.json under {root}")
+        why = f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped else ""
+        raise FileNotFoundError(f"no usable metrics.json under {root}{why}")
+    for note in skipped:
+        print(f"cbm-report: skipping {note}", file=sys.stderr)
     table = results_table(runs)
     write_text_atomic(Path(root) / "results.md", table + "\n")
     write_json_atomic(Path(root) / "results.json", runs)

@@ -283,14 +283,19 @@ def read_blackbox_metrics(path: str | Path, split: str = "test", dataset: str | 
     path = Path(path)
     try:
         obj = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"blackbox: cannot read {path} ({type(err).__name__})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"blackbox: {path} is not a cbm-train metrics.json (a JSON {type(obj).__name__}, not an object)")
     if dataset is not None and obj.get("dataset") not in (None, dataset):
         raise ValueError(f"blackbox: {path} is a run on dataset {obj.get('dataset')!r}, not {dataset!r}")
     key = f"{split}/task_acc"
     if key not in obj:
         raise ValueError(f"blackbox: {path} has no '{key}' (the black box must be evaluated on the same split)")
-    return float(obj[key])
+    value = obj[key]
+    if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"blackbox: {path}: '{key}' must be an accuracy in [0, 1], got {value!r}")
+    return float(value)
 
 
 def blackbox_accuracy(source: str | Path, model=None, batches: Iterable[Batch] | None = None, split: str = "test") -> float:

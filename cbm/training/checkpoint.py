@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,11 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
         raise ValueError(f"cannot read checkpoint {p}: {err.strerror.lower() if err.strerror else err}") from None
     except Exception as err:  # UnpicklingError, RuntimeError (not a zip), EOFError (truncated) ...
-        if "weights only load failed" in str(err).lower():
+        found = re.search(r"GLOBAL (\S+) was not an allowed global", str(err))
+        if found:
             raise ValueError(
-                f"{p} is not a cbm checkpoint: it holds objects other than tensors and plain data, "
-                "and loading them could run code (refused)"
+                f"{p} is not a cbm checkpoint: it holds objects other than tensors and plain data "
+                f"({found.group(1)}), and loading them could run code (refused)"
             ) from None
         raise ValueError(f"{p} is not a readable checkpoint ({type(err).__name__})") from None
     if not isinstance(ckpt, dict):

@@ -1,0 +1,282 @@
+"""The bad-input corpus: malformed or hostile inputs through the real entry points (subprocesses).
+
+Each must give exactly one line on stderr, ``<prog>: error: ...``, naming the field or file and the
+problem; exit code 2; no traceback; and no new file or directory (the working directory and the
+fixture directory are compared before and after). Inputs that fail before any heavy import run in
+the default suite; those that need a trained model loaded are marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+SLOW = pytest.mark.slow
+#: Tiny tabular robots, shared by the fixture runs (every data read hits the cache).
+DATA = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=100"]
+
+
+class Payload:
+    """Unpickling this would create the marker file: a checkpoint must never be unpickled."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture(scope="session")
+def fx(tmp_path_factory):
+    """Fixture files: trained runs, hostile checkpoints, broken metrics and concept sets."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    cache = root / "cache"
+    exe = Path(sys.executable).parent
+    for name, model in (("run", "cbm"), ("bb", "blackbox")):
+        res = subprocess.run(
+            [str(exe / "cbm-train"), *DATA, f"model={model}", "trainer.max_epochs=1", "logger=csv_only",
+             f"hydra.run.dir={root / name}", f"cache_dir={cache}"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+    f = root / "files"
+    f.mkdir()
+    torch.save({"state_dict": {}, "hyper_parameters": Payload(f / "PWNED")}, f / "evil.ckpt")
+    (f / "random.ckpt").write_bytes(os.urandom(4096))
+    (f / "truncated.ckpt").write_bytes((root / "run" / "checkpoints" / "best.ckpt").read_bytes()[:3000])
+    torch.save({"weights": torch.zeros(3)}, f / "other.ckpt")
+    torch.save([1, 2, 3], f / "list.ckpt")
+    (f / "empty_dir").mkdir()
+    (f / "a_file").write_text("not a directory\n")
+    (f / "malformed.yaml").write_text("concepts: [a, b\n  - : :\n")
+    (f / "list.yaml").write_text("- a\n- b\n")
+    (f / "noexpr.yaml").write_text("concepts:\n  - name: x\n")
+    (f / "badexpr.yaml").write_text("concepts:\n  - name: x\n    expr: __import__('os')\n")
+    (f / "list_metrics").mkdir()
+    (f / "list_metrics" / "metrics.json").write_text("[1, 2]")
+    (f / "max_metrics").mkdir()
+    (f / "max_metrics" / "metrics.json").write_text(json.dumps({"model": "cbm", "dataset": "robot", "oracle_random": {"max": 1.0}}))
+    (f / "bb_list.json").write_text("[1, 2]")
+    return root
+
+
+def run_cli(fx: Path, prog: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / prog
+    args = [a.replace("FX", str(fx)) for a in args]
+    env = {**os.environ, "CBM_CACHE_DIR": str(fx / "cache"), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([str(exe), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+
+
+def tree(*roots: Path) -> set[str]:
+    return {str(p) for r in roots for p in r.rglob("*") if "cache" not in p.parts}
+
+
+TRAIN = [
+    ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, cbm"),
+    ("data=robt", "unknown data 'robt'"),
+    ("trainer=nope", "unknown trainer 'nope'"),
+    ("logger=nope", "unknown logger 'nope'"),
+    ("data.foo=1", "unknown key 'data.foo' (data has: blur"),
+    ("foo=bar", "unknown key 'foo'"),
+    ("model.lr=1", "unknown key 'model.lr'"),
+    ("+foo=1", "Key 'foo' not in 'TrainConfig'"),
+    ("model=[cbm", "bad override"),
+    ("seed", "bad override"),
+    ("trainer.max_epochs=0", "trainer.max_epochs must be >= 1"),
+    ("trainer.max_epochs=ten", "max_epochs"),
+    ("trainer.devices=-3", "trainer.devices must be a count >= 1"),
+    ("trainer.devices=abc", "trainer.devices"),
+    ("trainer.num_nodes=0", "trainer.num_nodes"),
+    ("trainer.accelerator=tpu", "trainer.accelerator must be"),
+    ("trainer.precision=8", "trainer.precision must be one of"),
+    ("trainer.strategy=magic", "trainer.strategy must be one of"),
+    ("trainer.gradient_clip_val=-1", "trainer.gradient_clip_val must be >= 0"),
+    ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps"),
+    ("trainer.enable_progress_bar=maybe", "trainer.enable_progress_bar"),
+    ("trainer.early_stopping_patience=-1", "early_stopping_patience"),
+    ("seed=-1", "seed must be in [0, 2**32)"),
+    ("seed=abc", "seed"),
+    ("batch_size=0", "batch_size"),
+    ("eval_batch_size=-5", "batch_size"),
+    ("interventions.ks=[-1]", "interventions.ks"),
+    ("interventions.seed=-2", "interventions.seed"),
+    ("data.n_train=0", "the train split is empty"),
+    ("data.val_fraction=1.0", "the train split is empty"),
+    ("data.val_fraction=1.5", "val_fraction"),
+    ("data.n_test=0", "the test split is empty"),
+    ("data.n_train=-5", "n_train"),
+    ("data.image_size=4", "image_size"),
+    ("data.modality=audio", "modality"),
+    ("data.concept_set=nope", "unknown concept_set 'nope'"),
+    ("data.concept_set=FX/files/missing.yaml", "concept-set file not found"),
+    ("data.concept_set=FX/files/malformed.yaml", "not valid YAML at line"),
+    ("data.concept_set=FX/files/list.yaml", "expected a mapping with a non-empty 'concepts' list"),
+    ("data.concept_set=FX/files/noexpr.yaml", "needs 'name' and 'expr'"),
+    ("data.concept_set=FX/files/badexpr.yaml", "concept 'x'"),
+    ("data.concept_noise=0.9", "concept_noise"),
+    ("data.concept_noise={nope: 0.1}", "unknown concept(s) ['nope']"),
+    ("data.occlude=[wings]", "occlude"),
+    ("data.seed=-1", "RobotConfig.seed: must be >= 0"),
+    ("model.training=magic", "model.training must be one of"),
+    ("model.optim.lr=fast", "could not be converted to Float (key: optim.lr)"),
+    ("model.optim.lr=-1", "optim.lr"),
+    ("model.optim.name=rmsprop", "optim.name"),
+    ("model.backbone.name=vgg", "backbone.name"),
+    ("model.head.kind=tree", "head.kind"),
+    ("model.sequential_concept_fraction=1", "sequential_concept_fraction"),
+    ("hydra.run.dir=FX/files/a_file/run", "hydra.run.dir: cannot create"),
+    ("resume=FX/files/missing", "resume: "),
+    ("resume=FX/files/empty_dir", "not a cbm-train run directory"),
+    ("resume=FX/run", "already finished"),
+]
+TRAIN_MULTI = [
+    (["model=cem", "model.randint_prob=2"], "randint_prob"),
+    (["model=probcbm", "model.n_samples_train=0"], "n_samples_train"),
+    (["model=ecbm", "model.infer_steps=-1"], "infer_steps"),
+    (["model=cem", "model.training=independent"], "CEM trains jointly"),
+    (["--multirun", "model=cbm,nope"], "unknown model 'nope'"),
+    (["--multirun", "seed=0,-1"], "seed must be in"),
+    (["trainer=gpu"] if not torch.cuda.is_available() else ["trainer.devices=999", "trainer.accelerator=gpu"], "GPU"),
+]
+#: Inputs found after data or models load (heavier: torch and lightning are imported).
+TRAIN_LATE = [
+    ([*DATA, "model.zero_concepts=[wings]"], "zero_concepts: unknown concept 'wings'"),
+    ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
+    ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
+]
+INTERVENE = [
+    ([], "checkpoint"),
+    (["checkpoint=FX/files/missing"], "checkpoint not found"),
+    (["checkpoint=FX/files/empty_dir"], "no checkpoints/best.ckpt or last.ckpt"),
+    (["checkpoint=FX/run", "policies=[psychic]"], "unknown policy 'psychic'"),
+    (["checkpoint=FX/run", "interveners=[wizard]"], "unknown intervener 'wizard'"),
+    (["checkpoint=FX/run", "split=holdout"], "split must be one of"),
+    (["checkpoint=FX/run", "device=tpu"], "device must be one of"),
+    (["checkpoint=FX/run", "expert.accuracy=1.5"], "expert accuracy"),
+    (["checkpoint=FX/run", "responsiveness.threshold=1"], "responsiveness.threshold"),
+    (["checkpoint=FX/run", "responsiveness.prior=psychic"], "responsiveness.prior"),
+    (["checkpoint=FX/run", "interveners=[llm]"], "needs llm.client"),
+    (["checkpoint=FX/run", "ks=[]"], "must be non-empty"),
+    (["checkpoint=FX/run", "ks=[-1]"], "ks entries"),
+    (["checkpoint=FX/run", "batch_size=0"], "batch_size"),
+    (["checkpoint=FX/run", "blackbox=FX/files/missing.json"], "blackbox: metrics file not found"),
+    (["checkpoint=FX/run", "blackbox=FX/files/empty_dir"], "no checkpoints/best.ckpt"),
+    (["checkpoint=FX/run", "nope=1"], "unknown key 'nope'"),
+]
+INTERVENE_LATE = [
+    (["checkpoint=FX/files/evil.ckpt"], "could run code (refused)"),
+    (["checkpoint=FX/files/random.ckpt"], "is not a readable checkpoint"),
+    (["checkpoint=FX/files/truncated.ckpt"], "is not a readable checkpoint"),
+    (["checkpoint=FX/files/other.ckpt"], "is not a cbm checkpoint"),
+    (["checkpoint=FX/files/list.ckpt"], "is not a cbm checkpoint"),
+    (["checkpoint=FX/files/a_file"], "is not a readable checkpoint"),
+    (["checkpoint=FX/bb"], "black-box model: there are no concepts"),
+    (["checkpoint=FX/run", "ks=[99]"], "outside [0, 7]"),
+    (["checkpoint=FX/run", "concepts=[wings]"], "unknown concept name(s) ['wings']"),
+    (["checkpoint=FX/run", "interveners=[llm]", "llm.client=os:system"], "llm.client: 'os:system'"),
+    (["checkpoint=FX/run", "interveners=[llm]", "llm.client=nope_module:thing"], "llm.client: cannot import"),
+    (["checkpoint=FX/run", "interveners=[llm]", "llm.client=nospec"], "llm.client must look like"),
+    (["checkpoint=FX/run", "blackbox=FX/files/bb_list.json"], "blackbox"),
+    (["checkpoint=FX/run", "data.n_test=0"], "test"),
+    (["checkpoint=FX/run", "data.concept_set=fine"], "concept"),
+]
+AUTOMATE = [
+    ([], "checkpoint is required"),
+    (["checkpoint=FX/files/missing"], "checkpoint not found"),
+    (["checkpoint=FX/run", "method=magic"], "method must be one of"),
+    (["checkpoint=FX/run", "target_accuracy=2"], "target_accuracy must be in (0, 1]"),
+    (["checkpoint=FX/run", "delta=0"], "delta must be in (0, 1)"),
+    (["checkpoint=FX/run", "policy=psychic"], "policy must be one of"),
+    (["checkpoint=FX/run", "intervener=llm"], "intervener must be one of"),
+    (["checkpoint=FX/run", "ks=[1,-2]"], "ks entries"),
+    (["checkpoint=FX/run", "score=vibes"], "score must be one of"),
+    (["checkpoint=FX/run", "device=gpu"], "device must be one of"),
+]
+AUTOMATE_LATE = [
+    (["checkpoint=FX/files/evil.ckpt"], "could run code (refused)"),
+    (["checkpoint=FX/run", "+costs={wings: 2.0}"], "wings"),
+    (["checkpoint=FX/run", "ks=[50]"], "outside [0, 7]"),
+]
+DATA_CLI = [
+    ([], "usage: cbm-data {info,export,show}"),
+    (["frob"], "usage: cbm-data {info,export,show}"),
+    (["info", "data=robott"], "unknown data 'robott'"),
+    (["info", "data.foo=1"], "unknown key 'data.foo'"),
+    (["info", "data.n_train=0", "data.n_calib=0", "data.n_test=0"], "every split is empty"),
+    (["info", "nope=1"], "unknown key 'nope'"),
+    (["show", "split=nope"], "split must be one of"),
+    (["show", "n=0"], "n must be >= 1"),
+    (["info", *DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
+    (["export", *DATA], "export needs out="),
+    (["export", *DATA, "out=FX/files/empty_dir"], "it is a directory"),
+    (["export", *DATA, "out=FX/files/a_file/x.npz"], "a file is in the way"),
+    (["show", *DATA, "out=FX/files/x.png"], "show needs image data"),
+]
+REPORT = [
+    ([], "usage: cbm-report RUN_OR_SWEEP_DIR"),
+    (["a", "b"], "usage: cbm-report RUN_OR_SWEEP_DIR"),
+    (["FX/files/missing"], "does not exist"),
+    (["FX/files/a_file"], "is not a directory"),
+    (["FX/files/empty_dir"], "no usable metrics.json"),
+    (["FX/files/list_metrics"], "not a cbm-train metrics.json"),
+    (["FX/files/max_metrics"], "oracle_random must map integer budgets"),
+    (["--frob"], "usage: cbm-report"),
+]
+
+CASES = (
+    [("cbm-train", [a], m, ()) for a, m in TRAIN]
+    + [("cbm-train", a, m, ()) for a, m in TRAIN_MULTI]
+    + [("cbm-train", a, m, (SLOW,)) for a, m in TRAIN_LATE]
+    + [("cbm-intervene", a, m, ()) for a, m in INTERVENE]
+    + [("cbm-intervene", a, m, (SLOW,)) for a, m in INTERVENE_LATE]
+    + [("cbm-automate", a, m, ()) for a, m in AUTOMATE]
+    + [("cbm-automate", a, m, (SLOW,)) for a, m in AUTOMATE_LATE]
+    + [("cbm-data", a, m, ()) for a, m in DATA_CLI]
+    + [("cbm-report", a, m, ()) for a, m in REPORT]
+)
+
+
+def test_the_corpus_is_large():
+    assert len(CASES) >= 60
+    assert len({(p, tuple(a)) for p, a, _, _ in CASES}) == len(CASES)  # no duplicates
+
+
+@pytest.mark.parametrize(
+    "prog, args, message",
+    [pytest.param(p, a, m, marks=marks, id=f"{p}:{' '.join(a)[:60]}") for p, a, m, marks in CASES],
+)
+def test_bad_input_gives_one_line_and_leaves_nothing(fx, tmp_path, prog, args, message):
+    before = tree(tmp_path, fx)
+    res = run_cli(fx, prog, args, tmp_path)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert len(err) == 1, res.stderr[-3000:]
+    assert err[0].startswith(f"{prog}: error: ") and "Traceback" not in res.stderr
+    assert message.replace("FX", str(fx)) in err[0], err[0]
+    assert tree(tmp_path, fx) == before, sorted(tree(tmp_path, fx) - before)
+    assert not (fx / "files" / "PWNED").exists()  # the pickled payload never ran
+
+
+def test_a_pickle_payload_never_executes(fx):
+    """The hostile checkpoint really carries a payload (plain unpickling runs it), and the loader
+    refuses it before anything in it runs."""
+    from cbm.training.checkpoint import load_model
+
+    with pytest.raises(ValueError, match="could run code"):
+        load_model(fx / "files" / "evil.ckpt")
+    assert not (fx / "files" / "PWNED").exists()
+    marker = fx / "files" / "PWNED-check"
+    with open(fx / "files" / "probe.pkl", "wb") as f:
+        pickle.dump(Payload(marker), f)
+    with open(fx / "files" / "probe.pkl", "rb") as f:
+        pickle.load(f)  # noqa: S301 - demonstrates the payload is live
+    assert marker.exists()
+    marker.unlink()
+    (fx / "files" / "probe.pkl").unlink()

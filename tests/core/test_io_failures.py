@@ -1,0 +1,105 @@
+"""File-system failures: a full disk (an ``RLIMIT_FSIZE`` limit on the process) never leaves a
+truncated checkpoint or cache file, and parallel runs never share a result directory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synthetic.atomic import WriteError, atomic_write, clean_orphans, temp_path
+
+SMALL = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=100"]
+
+
+def limited(limit: int):
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return preexec
+
+
+def cli(prog: str, *args: str, cwd: Path, limit: int | None = None) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / prog
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+        preexec_fn=limited(limit) if limit else None, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+
+
+def test_atomic_write_failure_keeps_the_old_file_and_no_temp(tmp_path):
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def half_then_fail(f):
+        f.write(b"new but incomplete")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(WriteError, match=r"cannot write .*metrics.json: no space left on device"):
+        atomic_write(target, half_then_fail)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+def test_orphan_temps_of_dead_writers_are_cleaned(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    orphan = temp_path(tmp_path / "best.ckpt").name.replace(f".{os.getpid()}.", f".{pid}.")
+    (tmp_path / orphan).write_bytes(b"half")
+    live = temp_path(tmp_path / "last.ckpt")  # this process is alive: its temp file stays
+    live.write_bytes(b"in progress")
+    assert clean_orphans(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+@pytest.mark.slow
+def test_full_disk_during_training_leaves_no_truncated_checkpoint(tmp_path):
+    cache = tmp_path / "cache"
+    warm = cli("cbm-data", "info", *SMALL, f"cache_dir={cache}", cwd=tmp_path)  # the data fit under the limit
+    assert warm.returncode == 0, warm.stderr
+    run_dir = tmp_path / "run"
+    res = cli("cbm-train", *SMALL, "logger=csv_only", f"cache_dir={cache}", f"hydra.run.dir={run_dir}",
+              cwd=tmp_path, limit=150_000)  # fmt: skip
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-3000:]
+    assert "best.ckpt: file too large" in err[0]
+    written = [p for p in tmp_path.rglob("*") if p.suffix in (".ckpt", ".tmp") or p.name.endswith(".tmp")]
+    assert written == []  # no truncated checkpoint, no temp file
+    assert not (run_dir / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_full_disk_while_caching_data_only_costs_the_caching(tmp_path):
+    cache = tmp_path / "cache"
+    res = cli("cbm-data", "info", *SMALL, f"cache_dir={cache}", cwd=tmp_path, limit=20_000)
+    assert res.returncode == 0, res.stderr
+    assert "train:    240 samples" in res.stdout
+    assert "the data are not cached" in res.stderr and "file too large" in res.stderr
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".lock")) == []  # nothing half-written
+
+
+@pytest.mark.slow
+def test_eight_parallel_intervene_runs_keep_eight_result_directories(tmp_path):
+    run_dir = tmp_path / "run"
+    res = cli("cbm-train", *SMALL, "logger=csv_only", "trainer.max_epochs=1", f"cache_dir={tmp_path / 'c'}",
+              f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    exe = Path(sys.executable).parent / "cbm-intervene"
+    procs = [
+        subprocess.Popen(
+            [str(exe), f"checkpoint={run_dir}", f"seed={s}", f"cache_dir={tmp_path / 'c'}", "policies=[random]",
+             "interveners=[oracle]", "ks=[0,1]"],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for s in range(8)
+    ]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    dirs = sorted((tmp_path / "outputs" / "intervene").iterdir())
+    assert len(dirs) == 8 and all((d / "results.csv").exists() for d in dirs)
+    seeds = sorted(int(next(ln for ln in (d / "results.json").read_text().splitlines() if '"seed"' in ln).split(":")[1].strip(" ,"))
+                   for d in dirs)  # fmt: skip
+    assert seeds == list(range(8))
