@@ -88,3 +88,27 @@ def test_datamodule_batches_follow_the_contract():
     xs = torch.cat([b["x"] for b in dm.test_dataloader()])
     expected = torch.from_numpy(d.x[d.indices("test")]).permute(0, 3, 1, 2).float() / 255
     torch.testing.assert_close(xs, expected, rtol=0, atol=0)
+
+
+def test_cache_entry_of_another_config_or_missing_arrays_is_regenerated(tmp_path):
+    calls = []
+
+    def build(tag):
+        def _build():
+            calls.append(tag)
+            return {"a": np.arange(5) if tag == "mine" else np.zeros(3), "b": np.ones(2)}
+
+        return _build
+
+    mine, other = {"name": "x", "seed": 1}, {"name": "x", "seed": 2}
+    cached_arrays(other, build("other"), tmp_path, required=("a", "b"))
+    path_mine = tmp_path / f"data-{config_hash(mine)}.npz"
+    path_other = tmp_path / f"data-{config_hash(other)}.npz"
+    path_mine.write_bytes(path_other.read_bytes())  # a valid file of another config, copied over
+    np.testing.assert_array_equal(cached_arrays(mine, build("mine"), tmp_path, required=("a", "b"))["a"], np.arange(5))
+    assert calls == ["other", "mine"]
+    np.savez(path_mine, a=np.arange(5))  # a valid npz lacking an array (and the key)
+    assert set(cached_arrays(mine, build("mine"), tmp_path, required=("a", "b"))) == {"a", "b"}
+    assert calls == ["other", "mine", "mine"]
+    assert set(cached_arrays(mine, build("mine"), tmp_path, required=("a", "b"))) == {"a", "b"}
+    assert calls == ["other", "mine", "mine"]  # the regenerated entry is served from now on

@@ -102,3 +102,18 @@ def test_image_cbm_demo_config(compose_train):
     assert m["test/concept_acc"] > 0.97
     assert m["test/task_acc"] > 0.95
     assert m["oracle_random"]["7"] >= 0.99
+
+
+def test_quiet_redirected_output_and_a_log_that_holds_it(tmp_path):
+    """Output to a file: no progress-bar carriage returns, no warnings, one line per epoch; the
+    run's train.log holds what was printed (the results table included)."""
+    run_dir = tmp_path / "run"
+    res = cli("cbm-train", "data.modality=tabular", "data.n_train=300", "data.n_calib=0", "data.n_test=200",
+              "trainer.max_epochs=2", f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'c'}", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == "" and "\r" not in res.stdout
+    assert "litlogger" not in res.stdout and "Warning" not in res.stdout
+    assert [ln.split(":")[0] for ln in res.stdout.splitlines() if ln.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"]
+    log = (run_dir / "train.log").read_text()
+    assert "epoch 2/2" in log and "| robot | cbm (independent) |" in log
+    assert list((run_dir / "wandb").glob("offline-run-*"))  # W&B still logged, offline, silently
