@@ -23,6 +23,14 @@ The state stores ``mu`` and ``sigma`` (small, batch-first), and ``predict`` re-f
 samples from them, so it is a pure function of the state and an example's prediction does
 not depend on its batch. Training draws fresh ``eps`` every step (the global seeded RNG).
 
+Learning rate: the reference's 1e-3 (``lr``), not the CBM's 3e-3. ``mu_i`` is the normalised
+output ``v_i / ||v_i||`` of the mean head, so nothing fixes ``||v_i||``; under Adam the noisy updates
+of a concept not yet learned are mostly orthogonal to ``v_i`` and grow its norm, and the gradient
+reaching its direction (and the encoder) shrinks as ``1 / ||v_i||``: the concept stalls. At 3e-3,
+over the default 10 epochs on robot images ``||v_i||`` grew from ~0.2 to 7-14 for learned concepts
+and to ~30 for the stalled ones (seed 1: ``knees`` at 52%, task accuracy 88.6% = the majority
+class); at 1e-3 it stays at 2-6 and every label concept is learned (task 99.8-99.9%, seeds 0-2).
+
 Intervention replaces a concept's distribution by the point mass at the prototype of the
 given value (``sigma = 0``, ``mu = v a^+ + (1 - v) a^-``), so every sample is the prototype.
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from cbm.config import ConfigError
 from cbm.models import build_model
@@ -64,10 +65,25 @@ def test_intervention_propagates_through_the_global_energy():
         weights = {"xy": 1.0, "xc": 1.0, "cy": cy}
         model = make(infer_weights={"xy": 1.0, "xc": 1.0, "cy": 0.0}, intervene_weights=weights, infer_tol=1e-2)
         with torch.no_grad():
+            model.head_cy.weight.mul_(20)  # an untrained E_cy barely tells the classes apart
             state = model.encode(x)
             new = model.intervene(state, mask, 1 - state.probs.round())
         deltas[cy] = (new.probs - state.probs)[:, 1:].abs().max().item()
     assert deltas[0.0] == 0.0 and deltas[5.0] > 1e-2
+
+
+def test_joint_energy_uses_the_class_normalised_global_energy():
+    """In the joint energy E_cy enters as -log p(y|c): an offset that depends on c only (left free by
+    the global loss, cross-entropy over y) must not pull the minimisation over c."""
+    model = make()
+    c = torch.rand(8, 7, generator=torch.Generator().manual_seed(3))
+    y = torch.randint(0, 2, (8,), generator=torch.Generator().manual_seed(4))
+    w = torch.tensor([[0.0, 0.0, 1.0]]).expand(8, 3)
+    with torch.no_grad():
+        h_xy, h_xc = model._hidden(torch.randn(8, model.backbone.out_dim))
+        joint = model.joint_energy(h_xy, h_xc, model._global_affine(), c, F.one_hot(y, 2).float(), w)
+        _, e_cy = model.class_energies(torch.zeros(8, model.backbone.out_dim), c)
+    assert torch.allclose(joint, F.cross_entropy(-e_cy, y, reduction="none"), atol=1e-5)
 
 
 def test_global_energy_sees_soft_concepts():
