@@ -74,7 +74,7 @@ def summarise(runs: list[dict[str, Any]], repeats: dict[str, dict[str, Any]], re
             "seeds": [r["seed"] for r in mine],
             "task_acc": task,
             "task_mean": statistics.fmean(task),
-            "concept_mean": statistics.fmean([r.get("test/concept_acc", float("nan")) for r in mine]),
+            "concept_mean": statistics.fmean([r["test/concept_acc"] for r in mine]) if "test/concept_acc" in mine[0] else None,
             "train_eval_s": statistics.fmean([sum(r["timing"].values()) for r in mine if r["timing"]] or [float("nan")]),
             "errors": errors,
         }
@@ -114,7 +114,7 @@ def checks(row: dict[str, Any], strict: bool) -> list[str]:
 
 def table(rows: list[dict[str, Any]], strict: bool) -> str:
     def pct(v: float | None) -> str:
-        return "" if v is None else f"{100 * v:.2f}"
+        return "" if v is None or v != v else f"{100 * v:.2f}"  # None or NaN: no such metric
 
     head = "| arch | train+eval s | task acc per seed | mean | concept acc | oracle k=max (min) | worst drop | repeat identical | ref. mean | checks |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
