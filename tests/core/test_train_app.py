@@ -97,8 +97,10 @@ def test_cbm_data_export_and_show(tmp_path):
 
 @pytest.mark.slow
 def test_image_cbm_demo_config(compose_train):
-    """The demo's default (CBM on 32 px robot images, true concepts), shortened."""
-    m = run(compose_train("trainer.max_epochs=8", "data.n_test=2000"))
+    """The demo's defaults (CBM on 32 px robot images, true concepts, 10 epochs) on a smaller test
+    split. (At 8 epochs the independent head had not always settled on the label rule's one Drent
+    cell: all-true interventions 98.4%.)"""
+    m = run(compose_train("trainer.max_epochs=10", "data.n_test=2000"))
     assert m["test/concept_acc"] > 0.97
     assert m["test/task_acc"] > 0.95
     assert m["oracle_random"]["7"] >= 0.99
@@ -117,3 +119,15 @@ def test_quiet_redirected_output_and_a_log_that_holds_it(tmp_path):
     log = (run_dir / "train.log").read_text()
     assert "epoch 2/2" in log and "| robot | cbm (independent) |" in log
     assert list((run_dir / "wandb").glob("offline-run-*"))  # W&B still logged, offline, silently
+
+
+@pytest.mark.slow
+def test_compiled_encoder_trains_and_its_checkpoint_loads_uncompiled(compose_train, tmp_path):
+    """trainer.compile=true: torch.compile on the encoder (nn.Module.compile keeps the state-dict
+    keys), so the checkpoint loads into a plain model and gives the same test accuracy."""
+    from cbm.training.checkpoint import load_model
+
+    m = run(compose_train("data.modality=tabular", "trainer.max_epochs=3", "trainer.compile=true", *SMALL))
+    assert m["test/task_acc"] > 0.8
+    model = load_model(tmp_path)
+    assert not any("_orig_mod" in k for k in model.state_dict())
