@@ -29,7 +29,6 @@ import torch
 
 from cbm.interventions.responsiveness import (
     n_candidate_pairs,
-    n_candidate_subsets,
     responsiveness_loop,
     subset_responsiveness,
     subset_table,
@@ -97,9 +96,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     m, k = args.m, args.k
-    n_sub, n_pairs = n_candidate_subsets(m, k), n_candidate_pairs(m, k)
+    n_pairs = n_candidate_pairs(m, k)
     model, state = sudoku_like_model_and_state(max(args.batch, args.generic_batch, args.loop_batch), m)
     table = subset_table(m, k)
+    n_sub = table.n_subsets
 
     def part(n):
         return state.index(slice(0, n))

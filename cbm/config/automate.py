@@ -8,10 +8,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.config.names import AUTOMATION_INTERVENERS as INTERVENERS
 from cbm.config.names import CALIBRATION_METHODS as METHODS
-from cbm.config.names import DEVICES, POLICIES, SCORES
-from cbm.config.paths import resolve_checkpoint
+from cbm.config.names import DEVICES, SCORES
+from cbm.config.paths import group_defaults, resolve_checkpoint
 from cbm.config.validate import ConfigError, to_dataclass
 
 
@@ -24,10 +23,10 @@ class AutomateConfig:
     delta: float = 0.1
     method: str = "ltt"
     score: str = "probability"
-    policy: str = "random"
-    policy_args: dict[str, Any] = field(default_factory=dict)
-    intervener: str = "oracle"
-    intervener_args: dict[str, Any] = field(default_factory=dict)
+    #: The policy, ``{name: settings}`` (the config group ``policy``; exactly one).
+    policy: dict[str, Any] = field(default_factory=dict)
+    #: The intervener, ``{name: settings}`` (the config group ``intervener``; exactly one).
+    intervener: dict[str, Any] = field(default_factory=dict)
     ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
     costs: dict[str, float] | None = None
     data_overrides: dict[str, Any] = field(default_factory=dict)
@@ -40,6 +39,9 @@ class AutomateConfig:
     output_dir: str = "."
 
     def __post_init__(self) -> None:
+        # No selection given (a config built in code): the command line's defaults, from automate.yaml.
+        self.policy = self.policy or {n: {} for n in group_defaults("automate", "policy")}
+        self.intervener = self.intervener or {n: {} for n in group_defaults("automate", "intervener")}
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
         if not self.checkpoint or self.checkpoint == "???":
@@ -54,10 +56,6 @@ class AutomateConfig:
             raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got '{self.policy}'")
-        if self.intervener not in INTERVENERS:
-            raise ValueError(f"intervener must be one of {tuple(INTERVENERS)}, got '{self.intervener}'")
         if not self.ks:
             raise ValueError("ks must list at least one budget (e.g. [0, 1, 3, max])")
         for k in self.ks:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: The Hydra configs (the only place defaults live): ``cbm/conf``, shipped inside the package so an
+#: installed wheel finds them; ``conf/`` at the top of a checkout is a link to it.
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A ``.ckpt`` file, or a run directory holding ``checkpoints/best.ckpt`` (else ``last.ckpt``)."""
@@ -30,3 +34,16 @@ def resolve_blackbox(path: str | Path) -> Path:
             raise ValueError(f"blackbox: metrics file not found: {p}")
         return p
     return resolve_checkpoint(p)
+
+
+def group_defaults(config_name: str, group: str) -> list[str]:
+    """The options a config file's defaults list selects in ``group`` (``[]`` when none), so code
+    that builds a config without Hydra uses the same defaults as the command line."""
+    import yaml
+
+    doc = yaml.safe_load((Path(CONF_DIR) / f"{config_name}.yaml").read_text()) or {}
+    for entry in doc.get("defaults", []) or []:
+        if isinstance(entry, dict) and group in entry:
+            value = entry[group]
+            return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return []

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from cbm.config.automate import AutomateConfig, validate
+from cbm.config.automate import AutomateConfig
+from cbm.config.automate import validate as validate_schema
 from cbm.config.validate import as_dict
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import markdown_table, resolve_device, say, write_json_atomic
@@ -52,29 +53,44 @@ CSV_COLUMNS = [
 MAX_CURVE_POINTS = 500
 
 
+def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig:
+    """The typed config, its one policy and one intervener validated by their own schemas."""
+    from cbm.interventions import registry
+
+    c = validate_schema(cfg, check_paths)
+    registry.validate_all("policy", c.policy, exactly_one=True)
+    registry.validate_all("intervener", c.intervener, exactly_one=True)
+    return c
+
+
 # ----------------------------------------------------------------------------- core
 def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     """Calibrate on ``dm``'s calib split, run the flow on its test split; the report dict.
 
     ``dm`` is anything with ``loader(split_name)`` (a :class:`~synthetic.datamodule.SyntheticDataModule`).
     """
+    from cbm.interventions import registry
     from cbm.interventions.evaluate import resolve_ks
+    from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
-    from cbm.selective.automation import calibrate_model, make_intervener, policy_factory, run_automation
+    from cbm.selective.automation import calibrate_model, run_automation
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
     ks = resolve_ks(cfg.ks, model.n_concepts)
     costs = concept_costs(model.info.concept_names, cfg.costs) if model.n_concepts else None
     needs_humans = any(k > 0 for k in ks)
-    policy_args = dict(cfg.policy_args)
-    if (
-        cfg.policy == "responsiveness"
-        and policy_args.get("prior") == "empirical"
-        and "labels" not in policy_args
-    ):
-        policy_args["labels"] = dm.split("train").tensors["c"]  # the joint of the training concept labels
-    make_policy = policy_factory(cfg.policy, cfg.seed, **policy_args) if needs_humans else (lambda: None)
-    intervener = make_intervener(cfg.intervener, cfg.seed, **cfg.intervener_args) if needs_humans else None
+    ctx = BuildContext(
+        seed=cfg.seed, concept_names=tuple(model.info.concept_names), labels=lambda: dm.split("train").tensors["c"]
+    )
+    (pname, psettings), (iname, isettings) = next(iter(cfg.policy.items())), next(iter(cfg.intervener.items()))
+    if needs_humans:
+        registry.build("policy", pname, psettings, ctx)  # fails now, not inside the flow
+        intervener = registry.build("intervener", iname, isettings, ctx)
+    else:
+        intervener = None
+
+    def make_policy():  # a fresh, identically seeded policy per budget k
+        return registry.build("policy", pname, psettings, ctx) if needs_humans else None
 
     calib, cal_scored = calibrate_model(
         model, dm.loader("calib"), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score

@@ -75,7 +75,7 @@ def explain(err: Exception, overrides: list[str], config_name: str) -> str:
 
     text = f"{err}\n{err.__cause__ or ''}"
     if isinstance(err, MissingConfigException):
-        m = re.search(r"Could not find '([^']+)/([^']+)'", text)
+        m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
         if m:
             group, name = m.groups()
             options = getattr(err, "options", None) or group_options(group)

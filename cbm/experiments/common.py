@@ -15,15 +15,15 @@ from omegaconf import OmegaConf
 
 from cbm.config import ConfigError
 from cbm.config.names import DEVICES
+from cbm.config.paths import CONF_DIR as _CONF_DIR
 from synthetic.atomic import WriteError, describe, write_json_atomic, write_text_atomic  # noqa: F401 (the write path)
+from synthetic.tables import markdown_table  # noqa: F401 (re-exported for the apps)
 
 # ``${pid:}`` in run-directory patterns: with the microsecond timestamp it makes every run's
 # directory unique, so parallel sweep jobs never share one.
 OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
 
-#: The Hydra configs (the only place defaults live): ``cbm/conf``, shipped inside the package so an
-#: installed wheel finds them; ``conf/`` at the top of a checkout is a link to it.
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = _CONF_DIR
 
 #: Errors that mean "bad input" or an unusable file system, reported as one line and exit code 2.
 USER_ERRORS = (ConfigError, ValueError, KeyError, OSError)
@@ -123,16 +123,3 @@ def clean_errors(prog: str) -> Callable:
         return wrapper
 
     return deco
-
-
-def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """A small markdown table; floats shown as percentages with 2 decimals when in [0, 1]."""
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{100 * v:.2f}" if 0.0 <= v <= 1.0 else f"{v:.4g}"
-        return "" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)

@@ -11,7 +11,6 @@ directory: ``results.csv``, ``results.json`` (rows + black-box accuracy + config
 
 from __future__ import annotations
 
-import importlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from cbm.config import ConfigError
-from cbm.config.intervene import InterveneConfig, validate
+from cbm.config.intervene import InterveneConfig
+from cbm.config.intervene import validate as validate_schema
 from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import one_line, resolve_device, say
+from cbm.experiments.common import resolve_device, say
 
 if TYPE_CHECKING:  # heavy (torch) modules load only once the config is valid
-    import torch
 
     from cbm.interventions.engine import ResultsGrid
 
@@ -43,60 +42,23 @@ def concept_indices(names: list[str] | None, concept_names: list[str]) -> list[i
     return sorted({concept_names.index(n) for n in names})
 
 
-def load_client(spec: str, kwargs: dict[str, Any]) -> Any:
-    """Import ``module:callable`` and call it with ``kwargs``."""
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"llm.client must look like 'module:callable', got '{spec}'")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"llm.client: cannot import '{spec}' ({type(err).__name__}: {err})") from None
-    if not callable(factory):
-        raise ValueError(f"llm.client: '{spec}' is not callable")
-    try:
-        client = factory(**kwargs)
-    except TypeError as err:
-        raise ValueError(f"llm.client: '{spec}'(**llm.client_kwargs) failed: {one_line(err)}") from None
-    if not callable(getattr(client, "ask", None)):
-        raise ValueError(f"llm.client: '{spec}' returned a {type(client).__name__}, not a client with ask(prompt, image=None)")
-    return client
+def validate(cfg: DictConfig | dict, check_paths: bool = True) -> InterveneConfig:
+    """The typed config, every selected policy and intervener validated by its own schema."""
+    from cbm.interventions import registry
+
+    c = validate_schema(cfg, check_paths)
+    registry.validate_all("policy", c.policy)
+    registry.validate_all("intervener", c.intervener)
+    return c
 
 
-def build_interveners(cfg: InterveneConfig, concept_names: list[str]) -> dict[str, Any]:
-    from cbm.interventions.base import OracleIntervener
-    from cbm.interventions.interveners import ExpertIntervener, LLMIntervener
+def build_components(c: InterveneConfig, ctx) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(interveners, policies)`` by name, built through the registry."""
+    from cbm.interventions import registry
 
-    out: dict[str, Any] = {}
-    for name in cfg.interveners:
-        if name == "oracle":
-            out[name] = OracleIntervener()
-        elif name == "expert":
-            out[name] = ExpertIntervener.from_names(concept_names, cfg.expert.accuracy, cfg.expert.per_concept, cfg.seed)
-        else:
-            llm = cfg.llm
-            out[name] = LLMIntervener(
-                load_client(llm.client or "", llm.client_kwargs), concept_names, llm.questions,
-                llm.on_unparseable, llm.retries, subject=llm.subject,
-            )
-    return out
-
-
-def build_policies(cfg: InterveneConfig, allowed: list[int] | None, train_labels: torch.Tensor | None) -> dict[str, Any]:
-    from cbm.interventions.policies import build_policy
-
-    r = cfg.responsiveness
-    resp = {
-        "threshold": r.threshold, "prior": r.prior, "search": r.search, "exact_max_candidates": r.exact_max_candidates,
-        "max_assignments": r.max_assignments, "chunk_mb": r.chunk_mb, "fast_path": r.fast_path,
-    }
-    return {
-        name: build_policy(
-            name, seed=cfg.seed, allowed=allowed, uncertainty_source=cfg.uncertainty.source,
-            responsiveness=resp, labels=train_labels if r.prior == "empirical" else None,
-        )
-        for name in cfg.policies
-    }
+    interveners = {name: registry.build("intervener", name, s, ctx) for name, s in c.intervener.items()}
+    policies = {name: registry.build("policy", name, s, ctx) for name, s in c.policy.items()}
+    return interveners, policies
 
 
 # ----------------------------------------------------------------------------- the app
@@ -106,7 +68,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
 
     from cbm.interventions.engine import blackbox_accuracy, run_grid
     from cbm.interventions.evaluate import resolve_ks
-    from cbm.interventions.interveners import LLMIntervener
+    from cbm.interventions.interveners.llm import LLMIntervener
+    from cbm.interventions.registry import BuildContext
     from cbm.training.checkpoint import load_run
 
     c = cfg if isinstance(cfg, InterveneConfig) else validate(cfg)
@@ -121,11 +84,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     names = list(model.info.concept_names)
     allowed = concept_indices(c.concepts, names)
     ks = resolve_ks(c.ks, len(allowed) if allowed is not None else len(names))
-    interveners = build_interveners(c, names)
-    train_labels = dm.split("train").tensors["c"] if c.responsiveness.prior == "empirical" and "responsiveness" in c.policies else None
-    if train_labels is not None and len(train_labels) == 0:
-        raise ValueError("responsiveness.prior=empirical needs training concept labels, but the train split is empty")
-    policies = build_policies(c, allowed, train_labels)
+    ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, labels=lambda: dm.split("train").tensors["c"])
+    interveners, policies = build_components(c, ctx)
     loader = dm.loader(c.split)
     bb = None
     if c.blackbox:

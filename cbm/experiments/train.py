@@ -136,8 +136,8 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     import lightning as L
     from lightning.pytorch.utilities import rank_zero_only
 
-    from cbm.interventions.base import RandomPolicy
     from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
+    from cbm.interventions.policies.random import RandomPolicy
     from cbm.models import build_model
     from cbm.training.checkpoint import read_checkpoint
     from cbm.training.trainer import build_trainer, finish_wandb

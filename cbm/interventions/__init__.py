@@ -1,75 +1,50 @@
-"""Test-time concept interventions: interveners (values) x policies (which concepts), and the
-engine that evaluates them over budgets ``k``."""
+"""Test-time concept interventions: interveners (values) x policies (which concepts), the registry
+that builds them from configs, responsiveness, and the engine that evaluates them over budgets ``k``.
 
-from cbm.interventions.base import (
-    Intervener,
-    OracleIntervener,
-    Policy,
-    RandomPolicy,
-    apply_intervention,
-    available_concepts,
-    concept_mask,
-    topk_mask,
-    true_concepts,
-)
-from cbm.interventions.engine import (
-    KResult,
-    ResultsGrid,
-    blackbox_accuracy,
-    model_accuracy,
-    run_grid,
-    run_interventions,
-)
-from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
-from cbm.interventions.interveners import (
-    ExpertIntervener,
-    LLMAnswerError,
-    LLMClient,
-    LLMIntervener,
-    parse_answers,
-)
-from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy, build_policy
-from cbm.interventions.responsiveness import (
-    EmpiricalPrior,
-    IndependentPrior,
-    SearchResult,
-    most_responsive,
-    responsiveness_loop,
-    subset_responsiveness,
-    subset_table,
-)
+Importing this package does not import torch; names load on first use.
+"""
 
-__all__ = [
-    "EmpiricalPrior",
-    "ExpertIntervener",
-    "IndependentPrior",
-    "Intervener",
-    "KResult",
-    "LLMAnswerError",
-    "LLMClient",
-    "LLMIntervener",
-    "OracleIntervener",
-    "Policy",
-    "RandomPolicy",
-    "ResponsivenessPolicy",
-    "ResultsGrid",
-    "SearchResult",
-    "UncertaintyPolicy",
-    "apply_intervention",
-    "available_concepts",
-    "blackbox_accuracy",
-    "build_policy",
-    "concept_mask",
-    "intervention_accuracy",
-    "model_accuracy",
-    "most_responsive",
-    "parse_answers",
-    "resolve_ks",
-    "responsiveness_loop",
-    "run_grid",
-    "run_interventions",
-    "subset_responsiveness",
-    "subset_table",
-    "topk_mask",
-    "true_concepts",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BuildContext": "cbm.interventions.registry",
+    "registry": "cbm.interventions.registry",
+    "Intervener": "cbm.interventions.interveners.base",
+    "true_concepts": "cbm.interventions.interveners.base",
+    "OracleIntervener": "cbm.interventions.interveners.oracle",
+    "ExpertIntervener": "cbm.interventions.interveners.expert",
+    "uniform_hash": "cbm.interventions.interveners.expert",
+    "LLMIntervener": "cbm.interventions.interveners.llm",
+    "LLMAnswerError": "cbm.interventions.interveners.llm",
+    "LLMClient": "cbm.interventions.interveners.llm",
+    "parse_answers": "cbm.interventions.interveners.llm",
+    "Policy": "cbm.interventions.policies.base",
+    "ScorePolicy": "cbm.interventions.policies.base",
+    "available_concepts": "cbm.interventions.policies.base",
+    "concept_mask": "cbm.interventions.policies.base",
+    "topk_mask": "cbm.interventions.policies.base",
+    "RandomPolicy": "cbm.interventions.policies.random",
+    "UncertaintyPolicy": "cbm.interventions.policies.uncertainty",
+    "ResponsivenessPolicy": "cbm.interventions.policies.responsiveness",
+    "ResultsGrid": "cbm.interventions.engine",
+    "apply_intervention": "cbm.interventions.engine",
+    "blackbox_accuracy": "cbm.interventions.engine",
+    "model_accuracy": "cbm.interventions.engine",
+    "run_grid": "cbm.interventions.engine",
+    "intervention_accuracy": "cbm.interventions.evaluate",
+    "resolve_ks": "cbm.interventions.evaluate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "registry":
+        return importlib.import_module("cbm.interventions.registry")
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'cbm.interventions' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

@@ -27,8 +27,10 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from cbm.interventions.base import Batch, Intervener, Policy
+from cbm.interventions.interveners.base import Batch, Intervener
+from cbm.interventions.policies.base import Policy
 from synthetic.atomic import write_csv_atomic, write_json_atomic
+from synthetic.tables import markdown_table
 
 #: Columns of ``results.csv`` (and the keys of each row).
 COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
@@ -72,19 +74,6 @@ def _check_mask(mask: Tensor, state, k: int, name: str) -> Tensor:
 
 
 @dataclass
-class KResult:
-    """Metrics of one (intervener, policy) at one budget ``k``."""
-
-    k: int
-    accuracy: float
-    mean_requested: float
-    frac_requesting: float
-    n_examples: int
-    #: With ``per_example``: ``mask [N,m]``, ``pred [N]``, ``y [N]``, ``n_requested [N]`` (+ ``idx``).
-    examples: dict[str, Tensor] | None = None
-
-
-@dataclass
 class ResultsGrid:
     """Rows of :data:`COLUMNS`, one per (intervener, policy, k), plus run metadata."""
 
@@ -114,8 +103,6 @@ class ResultsGrid:
 
     def table(self) -> str:
         """Markdown table (accuracies and gains in %)."""
-        from cbm.experiments.common import markdown_table
-
         cols = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting"]
         rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}"} for r in self.rows]
         for r in rows:
@@ -146,6 +133,20 @@ class ResultsGrid:
             torch.save({"/".join(map(str, key)): v for key, v in self.examples.items()}, out / "per_example.pt")
             paths["per_example"] = out / "per_example.pt"
         return paths
+
+
+def apply_intervention(
+    model, state, batch: Batch, policy: Policy, intervener: Intervener, k: int
+) -> tuple[Any, Tensor]:
+    """Ask ``policy`` for up to ``k`` concepts, ``intervener`` for their values, and intervene.
+
+    Returns the new state and the request mask ``[B,m]``.
+    """
+    mask = policy.select(model, state, k)
+    if not mask.any():
+        return state, mask
+    values = intervener(batch, state, mask)
+    return model.intervene(state, mask, values), mask
 
 
 @torch.no_grad()
@@ -258,24 +259,6 @@ def run_grid(
         )
     examples = {c: {key: torch.cat(v) for key, v in d.items()} for c, d in keep.items()}
     return ResultsGrid(rows, blackbox_accuracy, {"ks": ks, "interveners": list(interveners), "policies": list(policies)}, examples)
-
-
-def run_interventions(
-    model,
-    batches: Iterable[Batch],
-    intervener: Intervener,
-    policy: PolicyLike,
-    ks: Sequence[int],
-    *,
-    per_example: bool = False,
-) -> dict[int, KResult]:
-    """Per-budget metrics of one intervener with one policy (see :func:`run_grid`)."""
-    grid = run_grid(model, batches, {"i": intervener}, {"p": policy}, ks, per_example=per_example)
-    out = {}
-    for r in grid.rows:
-        k = r["k"]
-        out[k] = KResult(k, r["accuracy"], r["mean_requested"], r["frac_requesting"], r["n_examples"], grid.examples.get(("i", "p", k)))
-    return out
 
 
 def read_blackbox_metrics(path: str | Path, split: str = "test", dataset: str | None = None) -> float:

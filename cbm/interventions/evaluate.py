@@ -7,8 +7,10 @@ from collections.abc import Iterable, Sequence
 
 from torch import Tensor
 
-from cbm.interventions.base import Intervener, OracleIntervener, RandomPolicy
 from cbm.interventions.engine import run_grid
+from cbm.interventions.interveners.base import Intervener
+from cbm.interventions.interveners.oracle import OracleIntervener
+from cbm.interventions.policies.random import RandomPolicy
 
 
 def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:

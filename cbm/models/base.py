@@ -21,6 +21,7 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassA
 from cbm.config import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig
+from cbm.models.hooks import InterventionHooks
 from cbm.models.state import ConceptState
 
 Batch = dict[str, Tensor]
@@ -65,8 +66,9 @@ def with_hint(features: Tensor, hint: nn.Module | None) -> Tensor:
     return features if hint is None else torch.cat([features, hint(features)], dim=1)
 
 
-class ConceptModel(L.LightningModule):
-    """Shared training loop, losses, metrics and optimiser for every architecture."""
+class ConceptModel(L.LightningModule, InterventionHooks):
+    """Shared training loop, losses, metrics and optimiser for every architecture, and the
+    intervention engine's optional hooks (:class:`~cbm.models.hooks.InterventionHooks`)."""
 
     config_cls: type[ModelConfig] = ModelConfig
     #: False for the black box, which has no concept layer to supervise or intervene on.
@@ -107,8 +109,11 @@ class ConceptModel(L.LightningModule):
         raise NotImplementedError
 
     def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
-        """Set ``state``'s concepts at ``mask`` (bool ``[B,m]``) to ``values`` (``[B,m]`` in [0,1])."""
-        raise NotImplementedError
+        """Set ``state``'s concepts at ``mask`` (bool ``[B,m]``) to ``values`` (``[B,m]`` in [0,1]).
+
+        Default (CBM, CEM): the given probabilities replace the predicted ones."""
+        self.check_intervention(state, mask, values)
+        return replace_concepts(state, mask, values)
 
     def predict(self, state: ConceptState) -> Tensor:
         raise NotImplementedError

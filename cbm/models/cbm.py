@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, build_head, replace_concepts
+from cbm.models.base import Batch, ConceptModel, build_head
+from cbm.models.hooks import PairBlock
 from cbm.models.state import ConceptState
 
 
@@ -36,31 +37,33 @@ class CBM(ConceptModel):
         logits = self.concept_layer(features)
         return ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
 
-    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
-        self.check_intervention(state, mask, values)
-        return replace_concepts(state, mask, values)
-
     def predict(self, state: ConceptState) -> Tensor:
         return self.head(state.probs * self.concept_keep)
 
-    # ------------------------------------------------- intervention-engine hooks (optional)
+    # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
     def _plain_cbm_contract(self) -> bool:
-        return type(self).predict is CBM.predict and type(self).intervene is CBM.intervene
-
-    def linear_head(self) -> tuple[Tensor, Tensor] | None:
-        """``(W [C,m], b [C])`` with ``predict(state) == state.probs @ W.T + b`` when the head is one
-        linear layer and ``intervene`` replaces probabilities (lets the intervention engine use its
-        low-rank fast path); ``None`` otherwise, e.g. in a subclass that redefines either method."""
-        if not self._plain_cbm_contract() or not isinstance(self.head, nn.Linear):
-            return None
-        w = self.head.weight * self.concept_keep
-        b = self.head.bias if self.head.bias is not None else w.new_zeros(w.shape[0])
-        return w, b
+        return type(self).predict is CBM.predict and type(self).intervene is ConceptModel.intervene
 
     def intervention_extras(self) -> frozenset[str] | None:
-        """Names of ``state.extras`` that ``intervene``/``predict`` read (none here), so the engine
-        need not copy the rest when it expands a state; ``None`` means "all of them"."""
+        """``intervene`` / ``predict`` read no extras (unless a subclass redefines them)."""
         return frozenset() if self._plain_cbm_contract() else None
+
+    def additive_logits(self, state: ConceptState) -> tuple[Tensor, Tensor] | None:
+        """A linear head: setting concept ``i`` to ``v`` moves the logits by ``(v - p_i) W[:, i]``."""
+        if not self._plain_cbm_contract() or not isinstance(self.head, nn.Linear):
+            return None
+        w = self.head.weight * self.concept_keep  # [C, m]
+        p = state.probs
+        dv = torch.stack([-p, 1.0 - p], dim=2)  # [B, m, 2]: v - p
+        return self.predict(state), dv[..., None] * w.T[None, :, None, :]
+
+    def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """The given probabilities replace the predicted ones, broadcast over the pairs (no expanded
+        copies of the state, no logits), one head evaluation per block."""
+        if not self._plain_cbm_contract():
+            return super().pair_logits(state, pairs)
+        p = torch.where(pairs.mask, pairs.values.to(state.probs.dtype), state.probs[:, None])  # [B, P, m]
+        return self.head(p * self.concept_keep)
 
     # ------------------------------------------------------------ training schemes
     def _in_head_phase(self) -> bool:

@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, replace_concepts, with_hint
+from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, with_hint
 from cbm.models.config import CEMConfig
+from cbm.models.hooks import PairBlock
 from cbm.models.state import ConceptState
 
 
@@ -52,10 +53,6 @@ class CEM(ConceptModel):
             extras={"features": features, "c_pos": c_pos, "c_neg": c_neg},
         )
 
-    def intervene(self, state: ConceptState, mask: Tensor, values: Tensor) -> ConceptState:
-        self.check_intervention(state, mask, values)
-        return replace_concepts(state, mask, values)
-
     def mixed_embeddings(self, state: ConceptState) -> Tensor:
         """``[B,m,k]`` mixed embeddings (Eq. 1), alignment-masked by ``concept_keep``."""
         p = state.probs.unsqueeze(-1)
@@ -64,6 +61,35 @@ class CEM(ConceptModel):
 
     def predict(self, state: ConceptState) -> Tensor:
         return self.head(self.mixed_embeddings(state).flatten(1))
+
+    # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
+    def _plain_cem_contract(self) -> bool:
+        return type(self).predict is CEM.predict and type(self).intervene is ConceptModel.intervene
+
+    def intervention_extras(self) -> frozenset[str] | None:
+        return frozenset({"c_pos", "c_neg"}) if self._plain_cem_contract() else None
+
+    def additive_logits(self, state: ConceptState) -> tuple[Tensor, Tensor] | None:
+        """A linear head over the mixed embeddings: ``c_hat_i = c_i^- + p_i (c_i^+ - c_i^-)`` is affine
+        in ``p_i``, so setting concept ``i`` to ``v`` moves the logits by ``(v - p_i) W_i (c_i^+ - c_i^-)``."""
+        if not self._plain_cem_contract() or not isinstance(self.head, nn.Linear):
+            return None
+        m, k = self.n_concepts, self.cfg.emb_size
+        w = self.head.weight.view(-1, m, k)  # [C, m, k]
+        diff = (state.extras["c_pos"] - state.extras["c_neg"]) * self.concept_keep[:, None]  # [B, m, k]
+        move = torch.einsum("bmk,cmk->bmc", diff, w)  # [B, m, C]: logit move per unit of p_i
+        p = state.probs
+        dv = torch.stack([-p, 1.0 - p], dim=2)  # [B, m, 2]: v - p
+        return self.predict(state), dv[..., None] * move[:, :, None, :]
+
+    def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """Mixed embeddings of every pair, broadcast (no expanded copies of the state)."""
+        if not self._plain_cem_contract():
+            return super().pair_logits(state, pairs)
+        p = torch.where(pairs.mask, pairs.values.to(state.probs.dtype), state.probs[:, None])[..., None]  # [B,P,m,1]
+        c_pos, c_neg = state.extras["c_pos"][:, None], state.extras["c_neg"][:, None]  # [B,1,m,k]
+        mixed = (p * c_pos + (1 - p) * c_neg) * self.concept_keep[:, None]  # predict's own formula
+        return self.head(mixed.flatten(2))
 
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
         """RandInt: intervene with the annotated concepts on a per-sample Bernoulli mask."""

@@ -95,13 +95,3 @@ def accept(scores: Tensor, tau: float) -> Tensor:
 def abstain(scores: Tensor, tau: float) -> Tensor:
     """Bool ``[B]``: the model abstains (``score <= tau``)."""
     return ~accept(scores, tau)
-
-
-def in_band(p: Tensor, tau: float) -> Tensor:
-    """Binary task: ``True`` where ``p = P(y=1)`` lies in the closed band ``[1-tau, tau]``.
-
-    Implemented through the score ``max(p, 1-p) <= tau`` so that it agrees with
-    :func:`abstain` on :func:`probability_score`; the lower edge ``1 - tau`` is therefore
-    resolved as finely as ``1 - p`` is in the dtype of ``p`` (the upper edge is exact).
-    """
-    return torch.maximum(p, 1.0 - p) <= tau

@@ -14,7 +14,6 @@ budget ``k`` and intervened on together (no Python loop over examples).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from cbm.interventions.base import Intervener, OracleIntervener, Policy, RandomPolicy, apply_intervention
-from cbm.interventions.interveners import ExpertIntervener
-from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy
+from cbm.interventions.engine import apply_intervention
+from cbm.interventions.interveners.base import Intervener
+from cbm.interventions.policies.base import Policy
 from cbm.selective.abstention import confidence, predictions
 from cbm.selective.calibration import Calibration, calibrate
 from cbm.selective.metrics import (
@@ -239,41 +238,3 @@ def run_automation(
         cols = {name: torch.cat(v).numpy() for name, v in parts[k].items()}
         out[k] = AutomationOutcome(k=k, tau=float(tau), **cols)
     return out
-
-
-# ----------------------------------------------------------------------------- policies / interveners
-#: Config names of the policies and interveners the automation flow can use.
-_POLICY_CLASSES: dict[str, type] = {
-    "random": RandomPolicy,
-    "uncertainty": UncertaintyPolicy,
-    "responsiveness": ResponsivenessPolicy,
-}
-_INTERVENER_CLASSES: dict[str, type] = {"oracle": OracleIntervener, "expert": ExpertIntervener}
-POLICIES = tuple(_POLICY_CLASSES)
-INTERVENERS = tuple(_INTERVENER_CLASSES)
-
-
-def _construct(table: dict[str, type], kind: str, name: str, seed: int, kwargs: Mapping[str, Any]) -> Any:
-    """``table[name](**kwargs)``, passing ``seed`` to classes that take one; bad names or
-    arguments become one-line ``ValueError``s."""
-    if name not in table:
-        raise ValueError(f"{kind} must be one of {sorted(table)}, got '{name}'")
-    cls = table[name]
-    kw = dict(kwargs)
-    if "seed" in inspect.signature(cls).parameters:
-        kw.setdefault("seed", seed)
-    try:
-        return cls(**kw)
-    except TypeError as err:
-        raise ValueError(f"cannot build {cls.__name__} with arguments {sorted(kw)}: {err}") from None
-
-
-def policy_factory(name: str, seed: int = 0, **kwargs: Any) -> Callable[[], Policy]:
-    """A maker of fresh, identically seeded policies ``random | uncertainty | responsiveness``."""
-    _construct(_POLICY_CLASSES, "policy", name, seed, kwargs)  # fail now, not inside the flow
-    return lambda: _construct(_POLICY_CLASSES, "policy", name, seed, kwargs)
-
-
-def make_intervener(name: str, seed: int = 0, **kwargs: Any) -> Intervener:
-    """The intervener ``oracle | expert`` (``kwargs``: e.g. the expert's accuracy)."""
-    return _construct(_INTERVENER_CLASSES, "intervener", name, seed, kwargs)

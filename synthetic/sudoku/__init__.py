@@ -6,12 +6,9 @@ by validity-preserving transforms; invalid boards from line swaps across bands,
 digit permutations inside a group and targeted corruptions, with a configured
 distribution of the number of failing checks; every label comes from the exact
 checker. Difficulty is set by the rendering (cell size, handwriting, pencil
-marks, blur, noise).
+marks, blur, noise)."""
 
-``SudokuDataModule`` (torch / lightning) is imported lazily.
-"""
-
-from synthetic.sudoku.checker import CONCEPT_NAMES, check_board, is_valid, n_failing
+from synthetic.sudoku.checker import CONCEPT_NAMES, check_board, n_failing
 from synthetic.sudoku.config import SudokuConfig
 from synthetic.sudoku.dataset import generate, labelled_boards, load, one_hot, rerender, valid_boards
 from synthetic.sudoku.render import cell_box, image_size, render_boards
@@ -21,14 +18,12 @@ from synthetic.sudoku.transforms import expand
 __all__ = [
     "CONCEPT_NAMES",
     "SudokuConfig",
-    "SudokuDataModule",
     "cell_box",
     "check_board",
     "expand",
     "generate",
     "image_size",
     "is_unique",
-    "is_valid",
     "labelled_boards",
     "load",
     "n_failing",
@@ -39,10 +34,3 @@ __all__ = [
     "valid_boards",
 ]
 
-
-def __getattr__(name: str):
-    if name == "SudokuDataModule":
-        from synthetic.sudoku.datamodule import SudokuDataModule
-
-        return SudokuDataModule
-    raise AttributeError(f"module 'synthetic.sudoku' has no attribute '{name}'")

@@ -97,8 +97,3 @@ def check_board(boards: np.ndarray) -> np.ndarray:
 def n_failing(boards: np.ndarray) -> np.ndarray:
     """Number of failing checks per board, ``int64 [N]``."""
     return 27 - check_board(np.asarray(boards).reshape(-1, 81)).sum(axis=1).astype(np.int64)
-
-
-def is_valid(boards: np.ndarray) -> np.ndarray:
-    """Label: the AND of the 27 checks, ``bool [N]`` (or a bool for one board)."""
-    return check_board(boards).all(axis=-1)

@@ -90,8 +90,8 @@ def test_eight_parallel_intervene_runs_keep_eight_result_directories(tmp_path):
     exe = Path(sys.executable).parent / "cbm-intervene"
     procs = [
         subprocess.Popen(
-            [str(exe), f"checkpoint={run_dir}", f"seed={s}", f"cache_dir={tmp_path / 'c'}", "policies=[random]",
-             "interveners=[oracle]", "ks=[0,1]"],
+            [str(exe), f"checkpoint={run_dir}", f"seed={s}", f"cache_dir={tmp_path / 'c'}", "policy=[random]",
+             "intervener=[oracle]", "ks=[0,1]"],
             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         for s in range(8)

@@ -8,13 +8,14 @@ import torch
 from torch import Tensor, nn
 
 from cbm.models.base import replace_concepts
+from cbm.models.hooks import InterventionHooks
 from cbm.models.state import ConceptState
 
 
-class ToyModel(nn.Module):
+class ToyModel(nn.Module, InterventionHooks):
     """``x`` are concept logits; ``intervene`` replaces probabilities; ``predict = head(probs)``.
 
-    ``fast=True`` exposes the ``linear_head`` hook when the head is ``nn.Linear``.
+    ``fast=True`` exposes the ``additive_logits`` hook when the head is ``nn.Linear``.
     """
 
     has_concepts = True
@@ -40,9 +41,11 @@ class ToyModel(nn.Module):
         state = self.encode(x)
         return state, self.predict(state)
 
-    def linear_head(self):
+    def additive_logits(self, state: ConceptState):
         if self.fast and isinstance(self.head, nn.Linear):
-            return self.head.weight, self.head.bias
+            p = state.probs
+            dv = torch.stack([-p, 1.0 - p], dim=2)
+            return self.predict(state), dv[..., None] * self.head.weight.T[None, :, None, :]
         return None
 
     def intervention_extras(self):
@@ -60,7 +63,7 @@ class FnHead(nn.Module):
         return self.fn(p)
 
 
-class ToyCEM(nn.Module):
+class ToyCEM(nn.Module, InterventionHooks):
     """CEM-like semantics: per-concept embeddings mixed by the probability; the head reads the
     mixed embeddings (from ``state.extras``), so the generic path must carry the extras."""
 

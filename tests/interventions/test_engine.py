@@ -9,17 +9,21 @@ import torch
 from intervention_toys import ToyModel
 from torch import nn
 
-from cbm.interventions.base import OracleIntervener, RandomPolicy, apply_intervention
+from cbm.interventions import (
+    ExpertIntervener,
+    OracleIntervener,
+    RandomPolicy,
+    ResponsivenessPolicy,
+    UncertaintyPolicy,
+    apply_intervention,
+)
 from cbm.interventions.engine import (
     ResultsGrid,
     model_accuracy,
     read_blackbox_metrics,
     run_grid,
-    run_interventions,
 )
 from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
-from cbm.interventions.interveners import ExpertIntervener
-from cbm.interventions.policies import ResponsivenessPolicy, UncertaintyPolicy, build_policy
 
 W, B0 = [4.0, -2.0, 1.0, 0.5], -1.0
 
@@ -120,12 +124,13 @@ def test_intervention_accuracy_matches_the_plain_loop():
         assert got[k] == pytest.approx(correct / total)
 
 
-def test_run_interventions_per_k():
+def test_grid_per_example_records():
     model, data = rule_model(), batches(200)
-    res = run_interventions(model, data, OracleIntervener(), ResponsivenessPolicy(0.0), [1, 2], per_example=True)
-    assert set(res) == {1, 2}
-    assert res[2].accuracy >= res[1].accuracy - 0.05
-    assert res[1].examples["n_requested"].max() <= 1
+    grid = run_grid(model, data, {"o": OracleIntervener()}, {"r": ResponsivenessPolicy(0.0)}, [1, 2], per_example=True)
+    acc = {k: grid.row("o", "r", k)["accuracy"] for k in (1, 2)}
+    assert acc[2] >= acc[1] - 0.05
+    ex = grid.examples[("o", "r", 1)]
+    assert ex["n_requested"].max() <= 1 and len(ex["pred"]) == len(ex["y"]) == 200
 
 
 def test_bad_requests_fail_clearly():
@@ -143,8 +148,10 @@ def test_bad_requests_fail_clearly():
     model.has_concepts = False
     with pytest.raises(ValueError, match="black-box"):
         run_grid(model, data, {"o": OracleIntervener()}, {"r": RandomPolicy()}, [1])
-    with pytest.raises(ValueError, match="unknown policy"):
-        build_policy("coop")
+    from cbm.interventions import registry
+
+    with pytest.raises(ValueError, match="unknown policy 'coop'"):
+        registry.build("policy", "coop", {}, registry.BuildContext())
     with pytest.raises(ValueError, match="prior"):
         ResponsivenessPolicy(prior="empirical")
     with pytest.raises(ValueError, match="no examples"):

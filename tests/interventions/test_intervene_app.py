@@ -54,8 +54,10 @@ def test_config_composes_and_validates():
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         c = compose("intervene", overrides=["checkpoint=x", "output_dir=/tmp/o", "cache_dir=null"])
     typed = intervene.validate(c, check_paths=False)
-    assert typed.ks == [0, 1, 2, 3, "max"] and typed.responsiveness.threshold == 0.2
-    assert typed.interveners == ["oracle", "expert"] and typed.expert.accuracy == 0.8
+    assert typed.ks == [0, 1, 2, 3, "max"] and typed.policy["responsiveness"]["threshold"] == 0.2
+    assert list(typed.policy) == ["random", "uncertainty", "responsiveness"]
+    assert list(typed.intervener) == ["oracle", "expert"] and typed.intervener["expert"]["accuracy"] == 0.8
+    assert intervene.InterveneConfig(checkpoint="x").policy == {n: {} for n in typed.policy}  # the same defaults
 
 
 def test_app_writes_results_and_plot(workdir):
@@ -74,8 +76,8 @@ def test_app_writes_results_and_plot(workdir):
 def test_app_restricted_concepts_and_empirical_prior(workdir):
     names = ["knees", "mouth_closed"]
     grid = intervene.run(
-        cfg(workdir, "out2", concepts=names, ks=[1, "max"], policies=["random", "responsiveness"],
-            responsiveness={"prior": "empirical", "threshold": 0.0}, per_example=True)
+        cfg(workdir, "out2", concepts=names, ks=[1, "max"],
+            policy={"random": {}, "responsiveness": {"prior": "empirical", "threshold": 0.0}}, per_example=True)
     )
     assert {r["k"] for r in grid.rows} == {1, 2}
     from cbm.training.checkpoint import load_model
@@ -96,9 +98,9 @@ def test_app_restricted_concepts_and_empirical_prior(workdir):
         ({"blackbox": "BB_FINE"}, "checkpoint was trained on concept_names="),
         ({"checkpoint": "BB"}, "black-box model"),
         ({"checkpoint": "/nonexistent/run"}, "checkpoint not found"),
-        ({"policies": ["coop"]}, "unknown policy 'coop'"),
-        ({"interveners": ["llm"]}, "needs llm.client"),
-        ({"expert": {"per_concept": {"wings": 0.9}}}, "unknown concept 'wings'"),
+        ({"policy": {"coop": {}}}, "unknown policy 'coop'"),
+        ({"intervener": {"llm": {}}}, "needs client"),
+        ({"intervener": {"expert": {"per_concept": {"wings": 0.9}}}}, "unknown concept 'wings'"),
         ({"split": "dev"}, "split must be one of"),
     ],
 )
@@ -131,7 +133,7 @@ def test_oracle_with_all_true_robot_concepts_is_nearly_perfect(tmp_path):
         train.run(compose("train", overrides=overrides))
     grid = intervene.run(
         {"checkpoint": str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "output_dir": str(tmp_path / "iv"),
-         "cache_dir": str(tmp_path / "cache"), "interveners": ["oracle"], "policies": ["random", "uncertainty"], "ks": ["max"]}
+         "cache_dir": str(tmp_path / "cache"), "intervener": {"oracle": {}}, "policy": {"random": {}, "uncertainty": {}}, "ks": ["max"]}
     )
     for r in grid.rows:
         assert r["accuracy"] >= 0.99, r

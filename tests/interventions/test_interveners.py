@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from cbm.interventions.base import OracleIntervener
-from cbm.interventions.interveners import (
+from cbm.interventions import (
     ExpertIntervener,
     LLMAnswerError,
     LLMIntervener,
+    OracleIntervener,
     parse_answers,
     uniform_hash,
 )

@@ -18,16 +18,14 @@ from intervention_toys import (
 )
 from torch import nn
 
-from cbm.interventions.policies import ResponsivenessPolicy
+from cbm.interventions import ResponsivenessPolicy
 from cbm.interventions.responsiveness import (
     EmpiricalPrior,
     choose_exact,
     choose_prefix,
     greedy_chain,
     greedy_search,
-    most_responsive,
     n_candidate_pairs,
-    n_candidate_subsets,
     responsiveness_loop,
     subset_responsiveness,
     subset_table,
@@ -35,6 +33,12 @@ from cbm.interventions.responsiveness import (
 from cbm.models.state import ConceptState
 
 PATHS = ["auto", "off"]
+
+
+def most_responsive(model, state, k, prior=None, available=None, fast_path="auto"):
+    """The policy's search (no threshold) over the not-yet-intervened concepts."""
+    assert available is None or torch.equal(available, ~state.intervened)
+    return ResponsivenessPolicy(0.0, prior=prior or "independent", fast_path=fast_path).search(model, state, k)
 
 
 def state_of(model, probs) -> ConceptState:
@@ -97,7 +101,6 @@ def test_xor_head_pair_beats_singletons_by_hand():
 
 
 def test_candidate_counts():
-    assert n_candidate_subsets(27, 3) == 27 + 351 + 2925 == 3303
     assert n_candidate_pairs(27, 3) == 27 * 2 + 351 * 4 + 2925 * 8 == 24858
     table = subset_table(27, 3)
     assert table.n_subsets == 3303 and table.n_pairs == 24858
@@ -174,8 +177,8 @@ def test_fast_and_generic_paths_agree_on_a_real_cbm():
     model = CBM(model={"name": "cbm", "backbone": {"name": "mlp", "hidden": [8], "out_dim": 8}}, data=data).eval()
     with torch.no_grad():
         model.head.weight.mul_(8)
-    assert model.linear_head() is not None and model.intervention_extras() == frozenset()
     state = model.encode(torch.randn(32, 5))
+    assert model.additive_logits(state) is not None and model.intervention_extras() == frozenset()
     table = subset_table(7, 3)
     fast = subset_responsiveness(model, state, table)
     generic = subset_responsiveness(model, state, table, fast_path="off")
@@ -187,7 +190,7 @@ def test_fast_and_generic_paths_agree_on_a_real_cbm():
             return super().predict(state) * 2
 
     sub = Sub(model=dict(model.hparams["model"]), data=data)
-    assert sub.linear_head() is None and sub.intervention_extras() is None
+    assert sub.additive_logits(state) is None and sub.intervention_extras() is None
 
 
 # ----------------------------------------------------------------------------- greedy
@@ -301,11 +304,11 @@ def test_policy_allowed_concepts_and_prior_intervention():
 
 
 def test_policy_cache_reuses_one_evaluation_for_all_budgets(monkeypatch):
-    import cbm.interventions.policies as policies
+    import cbm.interventions.responsiveness as R
 
     calls = []
-    real = policies.subset_responsiveness
-    monkeypatch.setattr(policies, "subset_responsiveness", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = R.subset_responsiveness
+    monkeypatch.setattr(R, "subset_responsiveness", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     model = random_linear(8, 2, 2)
     state = model.encode(torch.randn(4, 8))
     pol = ResponsivenessPolicy(exact_max_candidates=2_000)
@@ -320,7 +323,7 @@ def test_policy_cache_reuses_one_evaluation_for_all_budgets(monkeypatch):
 
 
 def test_chunking_does_not_change_results(monkeypatch):
-    import cbm.interventions.responsiveness as R
+    import cbm.interventions.responsiveness.additive as A
 
     g = torch.Generator().manual_seed(3)
     labels = (torch.rand(30, 6, generator=g) < 0.5).float()
@@ -331,7 +334,7 @@ def test_chunking_does_not_change_results(monkeypatch):
             for fast in PATHS:
                 big = subset_responsiveness(model, state, table, pr, fast_path=fast)
                 with monkeypatch.context() as mp:
-                    mp.setattr(R, "FAST_BLOCK_EXAMPLES", 2)  # the fast path in blocks of 2 examples
+                    mp.setattr(A, "FAST_BLOCK_EXAMPLES", 2)  # the fast path in blocks of 2 examples
                     small = subset_responsiveness(model, state, table, pr, fast_path=fast, chunk_mb=0.05)
                 torch.testing.assert_close(small, big, atol=1e-6, rtol=0)
             o1, v1 = greedy_chain(model, state, 4, pr)

@@ -12,7 +12,7 @@ and the head scores class 1 with logit ``10 * (p0 + p1 + p2) - 15`` (class 0: lo
 import numpy as np
 import torch
 
-from cbm.interventions.base import topk_mask
+from cbm.interventions import topk_mask
 from cbm.models import build_model
 from synthetic.base import SyntheticData, split_codes
 

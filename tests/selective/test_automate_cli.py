@@ -3,6 +3,7 @@
 import csv
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -28,7 +29,9 @@ def composed(*overrides):
 
 def test_shipped_config_validates():
     cfg = validate(composed("checkpoint=runs/x"), check_paths=False)
-    assert cfg == AutomateConfig(checkpoint="runs/x", cache_dir=None)
+    plain = AutomateConfig(checkpoint="runs/x", cache_dir=None)  # the schema's defaults = the shipped ones
+    assert list(cfg.policy) == list(plain.policy) == ["random"] and list(cfg.intervener) == list(plain.intervener) == ["oracle"]
+    assert replace(cfg, policy={}, intervener={}) == replace(plain, policy={}, intervener={})
     assert (cfg.method, cfg.target_accuracy, cfg.delta, cfg.ks) == ("ltt", 0.95, 0.1, [0, 1, 3, "max"])
     cfg = validate(composed("checkpoint=r", "+costs={c0: 2.0}", "method=sgr", "ks=[0,2]"), check_paths=False)
     assert cfg.costs == {"c0": 2.0} and cfg.method == "sgr" and cfg.ks == [0, 2]
@@ -46,10 +49,9 @@ def test_shipped_config_validates():
             ["checkpoint=r", "score=vibes"],
             "config: score must be one of ('probability', 'uncertainty'), got 'vibes'",
         ),
-        (
-            ["checkpoint=r", "policy=psychic"],
-            "config: policy must be one of ('random', 'uncertainty', 'responsiveness'), got 'psychic'",
-        ),
+        (["checkpoint=r", "policy=[random,uncertainty]"], "exactly one policy is used here, got ['random', 'uncertainty']"),
+        (["checkpoint=r", "+policy.random.nope=1"], "policy.random: Key 'nope' not in 'Config' (key: nope)"),
+        (["checkpoint=r", "intervener=expert", "intervener.expert.accuracy=2"], "intervener.expert: expert accuracy for accuracy must be in [0, 1], got 2.0"),
         (["checkpoint=r", "delta=0"], "config: delta must be in (0, 1), got 0.0"),
         (["checkpoint=r", "ks=[1,-2]"], "config: ks entries must be integers >= 0 or 'max', got -2"),
     ],
@@ -70,9 +72,10 @@ def run_toy(tmp_path, **overrides):
 def test_report_and_files(tmp_path, monkeypatch):
 
     # A deterministic policy by name, so the numbers below do not depend on the random stream.
-    import cbm.selective.automation as flow
+    from cbm.interventions import registry
 
-    monkeypatch.setattr(flow, "policy_factory", lambda name, seed, **kw: MostUncertainPolicy)
+    real = registry.build
+    monkeypatch.setattr(registry, "build", lambda kind, *a: MostUncertainPolicy() if kind == "policy" else real(kind, *a))
     report = run_toy(tmp_path, method="ltt", target_accuracy=0.95, costs={"c0": 2.0})
     cal = report["calibration"]
     assert cal["method"] == "ltt" and cal["guaranteed"] and cal["bound"] >= 0.95 and cal["n_cal"] == 400

@@ -5,7 +5,7 @@ import pytest
 import torch
 from selective_toys import MostUncertainPolicy, toy_batch
 
-from cbm.interventions.base import OracleIntervener, RandomPolicy
+from cbm.interventions import OracleIntervener, RandomPolicy
 from cbm.models import build_model
 from cbm.selective import concept_costs, confidence, run_automation, score_split
 
@@ -144,20 +144,32 @@ def test_uncertainty_score_needs_an_architecture_with_uncertainty(model, batch):
         confidence(model, state, model.predict(state), "uncertainty")
 
 
-def test_flow_with_the_policies_and_interveners_by_name(model, batch):
-    from cbm.selective import make_intervener, policy_factory
+def by_name(kind: str, name: str, seed: int = 0, **settings):
+    """A component built through the registry, as cbm-automate builds it."""
+    from cbm.interventions import registry
 
+    ctx = registry.BuildContext(seed=seed, concept_names=("c0", "c1", "c2"))
+    return registry.build(kind, name, settings, ctx)
+
+
+def policy_factory(name: str, seed: int = 0, **settings):
+    return lambda: by_name("policy", name, seed, **settings)
+
+
+def make_intervener(name: str, **settings):
+    return by_name("intervener", name, **settings)
+
+
+def test_flow_with_the_policies_and_interveners_by_name(model, batch):
     out = run_automation(
         model, [batch], TAU, [0, 1], policy_factory("random", seed=3), make_intervener("oracle")
     )
     assert out[1].n_requested.sum() == 4
-    with pytest.raises(ValueError, match="policy must be one of"):
-        policy_factory("clever")
+    with pytest.raises(ValueError, match="unknown policy 'clever'"):
+        policy_factory("clever")()
 
 
 def test_shipped_policies_and_expert_by_name(model, batch):
-    from cbm.selective import make_intervener, policy_factory
-
     hand = flow(model, [batch])
     by_name = run_automation(
         model, [batch], TAU, [0, 1, 2, 3], policy_factory("uncertainty"), OracleIntervener()

@@ -9,12 +9,17 @@ from cbm.selective import (
     abstain,
     accept,
     class_uncertainty,
-    in_band,
     predictions,
     probability_score,
     uncertainty_threshold,
     uncertainty_to_score,
 )
+
+
+def in_band(p: torch.Tensor, tau: float) -> torch.Tensor:
+    """The specification of binary abstention: ``p = P(y=1)`` in the closed band ``[1-tau, tau]``,
+    written through ``max(p, 1-p) <= tau`` (the lower edge resolves as finely as ``1 - p``)."""
+    return torch.maximum(p, 1.0 - p) <= tau
 
 
 def test_binary_band_is_closed():

@@ -311,10 +311,11 @@ def test_labelled_boards_reports_targets():
 
 
 def test_datamodule_serves_boards(tmp_path):
-    from synthetic.sudoku import SudokuDataModule
+    from synthetic.datamodule import SyntheticDataModule
+    from synthetic.sudoku import SudokuConfig, load
 
-    dm = SudokuDataModule({"n_train": 40, "n_val": 8, "n_calib": 8, "n_test": 8, "n_mip_seeds": 2,
-                           "modality": "tabular"}, cache_dir=tmp_path, batch_size=16)
+    cfg = SudokuConfig.from_dict({"n_train": 40, "n_val": 8, "n_calib": 8, "n_test": 8, "n_mip_seeds": 2, "modality": "tabular"})
+    dm = SyntheticDataModule(lambda: load(cfg, tmp_path), batch_size=16)
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (16, 729) and batch["c"].shape == (16, 27) and batch["board"].shape == (16, 9, 9)
     assert (batch["y"].bool() == batch["c"].bool().all(1)).all()

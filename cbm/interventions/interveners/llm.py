@@ -1,133 +1,26 @@
-"""Interveners: who supplies the values of the requested concepts.
-
-* :class:`OracleIntervener` — the true value (no annotation noise).
-* :class:`ExpertIntervener` — a simulated human who is right with a given accuracy
-  (overall or per concept). Answers are a deterministic function of ``(seed, example
-  id, concept)``, so the same expert gives the same answer to the same question
-  whichever policy, budget or batch asked it.
-* :class:`LLMIntervener` — asks a language / vision-language model through a client
-  object (:class:`LLMClient`), parses ``<answer concept="...">yes|no</answer>`` tags,
-  and on a reply it cannot parse either fails with one clear line or falls back to
-  the model's own probability, counting and logging every fallback.
-
-Every intervener is a callable ``(batch, state, mask) -> values [B,m]``.
-"""
+"""``llm``: ask a language / vision-language model through a client object (:class:`LLMClient`),
+parse ``<answer concept="...">yes|no</answer>`` tags, and on a reply it cannot parse either fail
+with one clear line or fall back to the model's own probability, counting and logging every fallback."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import torch
-from torch import Tensor
+from cbm.interventions.interveners.base import Batch
 
-from cbm.interventions.base import Batch, OracleIntervener
-from cbm.models.state import ConceptState
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from cbm.interventions.registry import BuildContext
+    from cbm.models.state import ConceptState
 
 log = logging.getLogger("cbm.interventions")
 
-__all__ = [
-    "ExpertIntervener",
-    "LLMAnswerError",
-    "LLMClient",
-    "LLMIntervener",
-    "OracleIntervener",
-    "parse_answers",
-    "uniform_hash",
-]
-
-_M32 = 0xFFFFFFFF
-
-
-def _mul32(x: Tensor, c: int) -> Tensor:
-    """``(x * c) mod 2^32`` for ``0 <= x < 2^32`` without int64 overflow."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
-
-
-def _hash32(x: Tensor) -> Tensor:
-    """A 32-bit integer mixer (Wellons' ``lowbias32``) on int64 tensors holding 32-bit values."""
-    x = x & _M32
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def uniform_hash(seed: int, keys: Tensor) -> Tensor:
-    """Uniform ``[0, 1)`` floats that are a pure function of ``(seed, key)`` (int64 ``keys``, any device)."""
-    keys = keys.long()
-    lo, hi = seed & _M32, ((seed >> 32) & _M32) ^ 0x5BD1E995
-    s = int(_hash32(torch.tensor(lo)) ^ _hash32(torch.tensor(hi)))
-    x = _hash32((keys & _M32) ^ s)
-    x = _hash32(x ^ ((keys >> 32) & _M32) ^ 0x27D4EB2F)
-    return x.double().div(2.0**32).float()
-
-
-class ExpertIntervener:
-    """A simulated expert who gives the true value with probability ``accuracy`` and the
-    opposite value otherwise.
-
-    Parameters
-    ----------
-    accuracy : one probability for every concept, or one per concept (``[m]``).
-    seed : answers are a function of ``(seed, batch['idx'], concept)``; without an ``idx`` in
-        the batch they come from a generator seeded with ``seed`` (then they depend on the order
-        of the calls).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from cbm.models.state import ConceptState
-    >>> batch = {"c": torch.ones(4, 2), "idx": torch.arange(4)}
-    >>> state = ConceptState(logits=torch.zeros(4, 2), probs=torch.full((4, 2), 0.5))
-    >>> ExpertIntervener(accuracy=1.0)(batch, state, torch.ones(4, 2, dtype=torch.bool)).tolist()
-    [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
-    """
-
-    def __init__(self, accuracy: float | Sequence[float] | Tensor = 0.8, seed: int = 0):
-        acc = torch.as_tensor(accuracy, dtype=torch.float32)
-        if acc.ndim > 1 or bool(((acc < 0) | (acc > 1)).any()):
-            raise ValueError(f"expert accuracy must be in [0, 1] (one value or one per concept), got {accuracy!r}")
-        self.accuracy = acc
-        self.seed = seed
-        self._generator = torch.Generator().manual_seed(seed)
-
-    @classmethod
-    def from_names(
-        cls, concept_names: Sequence[str], accuracy: float = 0.8, per_concept: Mapping[str, float] | None = None, seed: int = 0
-    ) -> ExpertIntervener:
-        """Expert with a default ``accuracy`` and overrides ``per_concept`` by concept name."""
-        acc = torch.full((len(concept_names),), float(accuracy))
-        for name, value in (per_concept or {}).items():
-            if name not in concept_names:
-                raise ValueError(f"expert.per_concept: unknown concept '{name}' (have {list(concept_names)})")
-            acc[list(concept_names).index(name)] = float(value)
-        return cls(acc, seed)
-
-    def correct(self, batch: Batch, shape: tuple[int, int], device: torch.device) -> Tensor:
-        """``[B,m]`` bool: whether the expert answers each (example, concept) correctly."""
-        b, m = shape
-        acc = self.accuracy.to(device)
-        if acc.ndim == 1 and acc.shape[0] != m:
-            raise ValueError(f"expert has {acc.shape[0]} per-concept accuracies but the model has {m} concepts")
-        if "idx" in batch:
-            keys = batch["idx"].to(device).long()[:, None] * m + torch.arange(m, device=device)[None]
-            u = uniform_hash(self.seed, keys)
-        else:
-            u = torch.rand((b, m), generator=self._generator).to(device)
-        return u < acc
-
-    def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
-        truth = OracleIntervener()(batch, state, mask)
-        ok = self.correct(batch, tuple(truth.shape), truth.device)
-        return torch.where(ok, truth, 1.0 - truth)
-
-
-# ----------------------------------------------------------------------------- LLM / VLM
 @runtime_checkable
 class LLMClient(Protocol):
     """What :class:`LLMIntervener` needs from a (vision-)language model client.
@@ -189,6 +82,31 @@ class LLMIntervener:
     each question once.
     """
 
+    @dataclass
+    class Config:
+        #: ``module:callable`` returning an object with ``ask(prompt, image=None) -> str``.
+        client: str | None = None
+        client_kwargs: dict[str, Any] = field(default_factory=dict)
+        #: error | model (keep the model's probability, counted and logged)
+        on_unparseable: str = "error"
+        retries: int = 1
+        #: Question per concept name (default: "Is <name> true for this <subject>?").
+        questions: dict[str, str] = field(default_factory=dict)
+        subject: str = "example"
+
+        def __post_init__(self) -> None:
+            if not self.client:
+                raise ValueError("the llm intervener needs client: a 'module:callable' that returns the client")
+            if self.on_unparseable not in ("error", "model"):
+                raise ValueError(f"on_unparseable must be 'error' or 'model', got '{self.on_unparseable}'")
+            if self.retries < 0:
+                raise ValueError("retries must be >= 0")
+
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: BuildContext) -> LLMIntervener:
+        client = load_client(cfg.client or "", cfg.client_kwargs)
+        return cls(client, list(ctx.concept_names), cfg.questions, cfg.on_unparseable, cfg.retries, subject=cfg.subject)
+
     def __init__(
         self,
         client: LLMClient,
@@ -237,6 +155,8 @@ class LLMIntervener:
         return "\n".join(lines)
 
     def _ask(self, batch: Batch, i: int, names: list[str]) -> tuple[dict[str, float], str]:
+        from torch import Tensor
+
         x = batch.get("x")
         image = x[i] if isinstance(x, Tensor) and x.ndim == 4 and x.is_floating_point() else None
         context = self.describe(batch, i) if self.describe else None
@@ -278,3 +198,24 @@ class LLMIntervener:
                 if key is not None:
                     self._cache[(key, n)] = v
         return values
+
+
+def load_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
+    """Import ``module:callable`` and call it with ``kwargs``: the client (it must have ``ask``)."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"llm.client must look like 'module:callable', got '{spec}'")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"llm.client: cannot import '{spec}' ({type(err).__name__}: {err})") from None
+    if not callable(factory):
+        raise ValueError(f"llm.client: '{spec}' is not callable")
+    try:
+        client = factory(**dict(kwargs))
+    except TypeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"llm.client: '{spec}'(**llm.client_kwargs) failed: {first}") from None
+    if not callable(getattr(client, "ask", None)):
+        raise ValueError(f"llm.client: '{spec}' returned a {type(client).__name__}, not a client with ask(prompt, image=None)")
+    return client

@@ -1,0 +1,27 @@
+"""The intervener protocol and the ground truth every intervener starts from."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from cbm.models.state import ConceptState
+
+Batch = dict[str, "Tensor"]
+
+
+@runtime_checkable
+class Intervener(Protocol):
+    """Who supplies concept values."""
+
+    def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
+        """Values ``[B,m]`` in [0,1] for the requested concepts ``mask`` (others are ignored)."""
+        ...
+
+
+def true_concepts(batch: Batch) -> Tensor:
+    """Noise-free concept values under the dataset's concept set (``c_clean`` when the
+    generator added annotation noise, else the annotated ``c``)."""
+    return batch["c_clean"] if "c_clean" in batch else batch["c"]

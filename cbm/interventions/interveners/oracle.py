@@ -1,0 +1,35 @@
+"""``oracle``: the concept's true value under its concept set (no annotation noise)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cbm.interventions.interveners.base import Batch, true_concepts
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from cbm.interventions.registry import BuildContext
+    from cbm.models.state import ConceptState
+
+
+class OracleIntervener:
+    """Ground truth: the concept's true value under its concept set."""
+
+    @dataclass
+    class Config:
+        pass
+
+    @classmethod
+    def from_config(cls, cfg: Config, ctx: BuildContext) -> OracleIntervener:
+        return cls()
+
+    def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
+        truth = true_concepts(batch)
+        if truth.shape != state.probs.shape:
+            raise ValueError(
+                f"oracle: the batch's true concepts have shape {tuple(truth.shape)} but the model predicts "
+                f"{tuple(state.probs.shape)} (a checkpoint of another concept set?)"
+            )
+        return truth.to(state.probs)

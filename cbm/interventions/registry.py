@@ -1,0 +1,100 @@
+"""One registry for policies and interveners, used identically by ``cbm-intervene``,
+``cbm-automate`` and the sweeps.
+
+A component is one module and one config file: ``conf/policy/<name>.yaml`` (or
+``conf/intervener/<name>.yaml``) holds its settings under ``policy.<name>`` and names its class
+in ``_target_``; the class carries a typed ``Config`` dataclass and builds itself with
+``from_config(cfg, ctx)``. Component modules import torch lazily, so a whole command line is
+validated before torch is imported.
+
+>>> names("policy")
+['random', 'responsiveness', 'uncertainty']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from cbm.config.paths import CONF_DIR
+from cbm.config.validate import ConfigError, to_dataclass
+
+KINDS = ("policy", "intervener")
+
+
+@dataclass
+class BuildContext:
+    """What components may need besides their own settings."""
+
+    #: The command's seed (random policies, simulated experts).
+    seed: int = 0
+    #: The model's concept names (per-concept settings, LLM questions).
+    concept_names: tuple[str, ...] = ()
+    #: Indices of the concepts a policy may request (``None``: all).
+    allowed: list[int] | None = None
+    #: Returns the training split's concept labels ``[N, m]`` (empirical priors), loaded on demand.
+    labels: Callable[[], Any] | None = None
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"component kind must be one of {KINDS}, got '{kind}'")
+
+
+def names(kind: str) -> list[str]:
+    """The registered components of ``kind`` (one config file each)."""
+    _check_kind(kind)
+    return sorted(p.stem for p in (Path(CONF_DIR) / kind).glob("*.yaml"))
+
+
+def defaults(kind: str, name: str) -> dict[str, Any]:
+    """The settings in ``conf/<kind>/<name>.yaml`` (with ``_target_``)."""
+    _check_kind(kind)
+    path = Path(CONF_DIR) / kind / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown {kind} '{name}' (choose from: {', '.join(names(kind))})")
+    return dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))  # type: ignore[arg-type]
+
+
+def component_class(kind: str, name: str, target: str | None = None) -> type:
+    """The class named by the component's ``_target_`` (``package.module.Class``)."""
+    target = target or defaults(kind, name).get("_target_")
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"{kind} '{name}': its config needs _target_: <module>.<Class>")
+    module, _, attr = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{kind} '{name}': cannot import {target} ({type(err).__name__}: {err})") from None
+
+
+def validate(kind: str, name: str, settings: Mapping[str, Any] | None = None) -> Any:
+    """The component's typed ``Config`` from its file's settings overridden by ``settings``."""
+    merged = {**defaults(kind, name), **dict(settings or {})}
+    cls = component_class(kind, name, merged.pop("_target_", None))
+    config_cls = getattr(cls, "Config", None)
+    if config_cls is None:
+        raise ValueError(f"{kind} '{name}': {cls.__name__} has no Config dataclass")
+    return to_dataclass(config_cls, merged, f"{kind}.{name}")
+
+
+def validate_all(kind: str, blocks: Mapping[str, Any], exactly_one: bool = False) -> dict[str, Any]:
+    """Typed configs of every selected component (``{name: settings}``), in order."""
+    if not blocks:
+        raise ConfigError(f"no {kind} selected (e.g. {kind}={names(kind)[0]})")
+    if exactly_one and len(blocks) != 1:
+        raise ConfigError(f"exactly one {kind} is used here, got {list(blocks)}")
+    return {name: validate(kind, name, settings) for name, settings in blocks.items()}
+
+
+def build(kind: str, name: str, settings: Mapping[str, Any] | None, ctx: BuildContext) -> Any:
+    """The component ``name`` of ``kind``, built from its validated settings and ``ctx``."""
+    cfg = validate(kind, name, settings)
+    merged = {**defaults(kind, name), **dict(settings or {})}
+    cls = component_class(kind, name, merged.get("_target_"))
+    return cls.from_config(cfg, ctx)

@@ -1,0 +1,87 @@
+"""Exact responsiveness of every subset of a table: the additive fast path when the model's head
+allows it, else every (example, subset, assignment) through the model's ``pair_logits`` hook (the
+architecture's own equivalent of ``intervene`` + ``predict``, batched over pairs), in chunks that
+bound memory. No Python loop runs per subset or per assignment."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from cbm.interventions.responsiveness.additive import exact_additive
+from cbm.interventions.responsiveness.common import (
+    additive,
+    batch_step,
+    empty_resp,
+    state_row_bytes,
+    trim_state,
+)
+from cbm.interventions.responsiveness.priors import IndependentPrior, Prior
+from cbm.interventions.responsiveness.search import DEFAULT_CHUNK_MB
+from cbm.interventions.responsiveness.tables import Level, SubsetTable
+from cbm.models.state import ConceptState
+
+
+@torch.no_grad()
+def subset_responsiveness(
+    model,
+    state: ConceptState,
+    table: SubsetTable,
+    prior: Prior | None = None,
+    available: Tensor | None = None,
+    *,
+    fast_path: str = "auto",
+    chunk_mb: float = DEFAULT_CHUNK_MB,
+) -> Tensor:
+    """``[B, Q]`` responsiveness of every subset of ``table``; ``-inf`` where a subset holds a
+    concept that is not ``available`` (``[B,m]`` bool, default: not yet intervened).
+
+    ``fast_path="off"`` skips the additive path (the model's ``pair_logits`` is used)."""
+    prior = prior or IndependentPrior()
+    if available is None:
+        available = ~state.intervened
+    logits = model.predict(state)
+    lin = additive(model, state, logits, fast_path)
+    if lin is not None:
+        resp = exact_additive(lin, state, table, prior, chunk_mb)
+    else:
+        resp = exact_pairs(model, state, logits.argmax(1), table, prior, chunk_mb)
+    uni = torch.tensor(table.universe, dtype=torch.long, device=available.device)
+    if bool(available.index_select(1, uni).all()):
+        return resp  # every subset of the table is available in every row
+    return resp.masked_fill(~table.valid(available), float("-inf"))
+
+
+def pair_weights(prior: Prior, state: ConceptState, table: SubsetTable, level: Level) -> Tensor:
+    """``[B|1, P]`` prior probability of every pair's assignment given its subset."""
+    if not isinstance(prior, IndependentPrior):
+        return prior.level_weights(table, level)[None]
+    pairs = table.pair_block(level)
+    qv = prior.value_probs(state).reshape(state.batch_size, -1)  # [B, 2m]: (concept, value) flattened
+    flat = (2 * pairs.members[0] + pairs.bits[0]).reshape(-1)  # [P*s]
+    return qv.index_select(1, flat).view(state.batch_size, pairs.n_pairs, pairs.size).prod(2)
+
+
+def exact_pairs(model, state: ConceptState, yhat: Tensor, table: SubsetTable, prior: Prior, chunk_mb: float) -> Tensor:
+    """Every (example, pair) through ``model.pair_logits``, in blocks of examples x pair ranges."""
+    b = state.batch_size
+    resp = empty_resp(state, table.n_subsets)
+    if table.n_subsets == 0:
+        return resp
+    st = trim_state(model, state)
+    per_call = batch_step(1, state_row_bytes(st), chunk_mb)  # (example, pair) rows per call
+    for lv in table.levels:
+        pairs = table.pair_block(lv)
+        n_pairs, q, a = lv.n_pairs, lv.n_subsets, lv.n_assignments
+        pc = min(n_pairs, per_call)
+        bc = max(1, per_call // pc)
+        for e0 in range(0, b, bc):
+            rows = slice(e0, e0 + bc)
+            sub = st.index(rows)
+            flips = torch.empty(sub.batch_size, n_pairs, device=yhat.device)
+            for p0 in range(0, n_pairs, pc):
+                logits = model.pair_logits(sub, pairs.slice(p0, p0 + pc))  # [bc, n, C]
+                torch.ne(logits.argmax(-1), yhat[rows, None], out=flips[:, p0 : p0 + pc])
+            w = pair_weights(prior, sub, table, lv)
+            resp[rows, lv.offset : lv.offset + q] = flips.mul_(w).view(-1, q, a).sum(2)
+    return resp

@@ -1,0 +1,85 @@
+"""The optional hooks the intervention engine calls on every model, declared once with their
+generic defaults: an architecture overrides a hook only when it can answer faster, exactly.
+
+* :meth:`InterventionHooks.intervention_extras` — the ``state.extras`` that ``intervene`` /
+  ``predict`` read (the engine drops the rest before expanding a state);
+* :meth:`InterventionHooks.additive_logits` — ``(base, terms)`` when the task logits after an
+  intervention are ``base + sum_{i in S} terms[:, i, a_i]`` (a head linear in the concepts):
+  the engine's fastest path;
+* :meth:`InterventionHooks.pair_logits` — the task logits of every example under every
+  intervention of a :class:`PairBlock`; the default runs ``intervene`` + ``predict`` on the
+  expanded rows, architectures override it with an equivalent that skips work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from cbm.models.state import ConceptState
+
+
+@dataclass(frozen=True)
+class PairBlock:
+    """``P`` interventions of the same size ``s``, shared by every example (leading dim 1) or one
+    set per example (leading dim ``B``): pair ``p`` sets concepts ``members[., p]`` to ``bits[., p]``.
+
+    ``mask [B|1, P, m]`` bool and ``values [B|1, P, m]`` are the dense form (``intervene``'s
+    arguments); ``members [B|1, P, s]`` and ``bits [B|1, P, s]`` (long) the sparse one.
+    """
+
+    mask: Tensor
+    values: Tensor
+    members: Tensor
+    bits: Tensor
+
+    @property
+    def n_pairs(self) -> int:
+        return self.mask.shape[1]
+
+    @property
+    def size(self) -> int:
+        return self.members.shape[2]
+
+    def slice(self, start: int, stop: int) -> PairBlock:
+        """Pairs ``start:stop``."""
+        s = slice(start, stop)
+        return PairBlock(self.mask[:, s], self.values[:, s], self.members[:, s], self.bits[:, s])
+
+    def rows(self, idx: slice) -> PairBlock:
+        """The per-example pairs of rows ``idx`` (a no-op for shared pairs)."""
+        if self.mask.shape[0] == 1:
+            return self
+        return PairBlock(self.mask[idx], self.values[idx], self.members[idx], self.bits[idx])
+
+
+def expand_rows(state: ConceptState, n: int) -> ConceptState:
+    """Each row of ``state`` repeated ``n`` times consecutively: ``[B, ...] -> [B*n, ...]``."""
+    return state.map(lambda t: t[:, None].expand(t.shape[0], n, *t.shape[1:]).reshape(t.shape[0] * n, *t.shape[1:]))
+
+
+class InterventionHooks:
+    """Mixin with the engine's optional hooks and their generic defaults (see the module docstring)."""
+
+    def intervention_extras(self) -> frozenset[str] | None:
+        """Names of the ``state.extras`` that ``intervene`` / ``predict`` read; ``None``: all of them."""
+        return None
+
+    def additive_logits(self, state: ConceptState) -> tuple[Tensor, Tensor] | None:
+        """``(base [B,C], terms [B,m,2,C])`` with ``predict(intervene(state, S, a)) ==
+        base + sum_{i in S} terms[:, i, a_i]`` for every subset ``S`` of the not-yet-intervened
+        concepts, or ``None`` when the head is not additive in the concepts."""
+        return None
+
+    def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """``[B, P, C]`` task logits of every example under every pair of ``pairs``.
+
+        Generic: every (example, pair) row goes through ``intervene`` and ``predict``.
+        """
+        b, p = state.batch_size, pairs.n_pairs
+        m = state.n_concepts
+        rows = expand_rows(state, p)
+        mask = pairs.mask.expand(b, p, m).reshape(b * p, m)
+        values = pairs.values.expand(b, p, m).reshape(b * p, m).to(state.probs.dtype)
+        return self.predict(self.intervene(rows, mask, values)).view(b, p, -1)  # type: ignore[attr-defined]
