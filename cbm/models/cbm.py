@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head
-from cbm.models.hooks import PairBlock
+from cbm.models.hooks import PairBlock, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
 
 
@@ -58,12 +58,16 @@ class CBM(ConceptModel):
         return self.predict(state), dv[..., None] * w.T[None, :, None, :]
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
-        """The given probabilities replace the predicted ones, broadcast over the pairs (no expanded
-        copies of the state, no logits), one head evaluation per block."""
-        if not self._plain_cbm_contract():
+        """The head's first layer is linear in the probabilities: each pair moves its output by
+        ``sum_{i in S} (a_i - p_i) W_1[:, i]`` (row gathers, no expanded state, no concept logits);
+        the rest of the head runs on the moved outputs."""
+        split = first_linear(self.head) if self._plain_cbm_contract() else None
+        if split is None:
             return super().pair_logits(state, pairs)
-        p = torch.where(pairs.mask, pairs.values.to(state.probs.dtype), state.probs[:, None])  # [B, P, m]
-        return self.head(p * self.concept_keep)
+        first, rest = split
+        p = state.probs
+        move = (first.weight * self.concept_keep).T.unsqueeze(0)  # [1, m, F]
+        return additive_pair_logits(first(p * self.concept_keep), move, p, pairs, rest)
 
     # ------------------------------------------------------------ training schemes
     def _in_head_phase(self) -> bool:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, with_hint
 from cbm.models.config import CEMConfig
-from cbm.models.hooks import PairBlock
+from cbm.models.hooks import PairBlock, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
 
 
@@ -83,13 +83,17 @@ class CEM(ConceptModel):
         return self.predict(state), dv[..., None] * move[:, :, None, :]
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
-        """Mixed embeddings of every pair, broadcast (no expanded copies of the state)."""
-        if not self._plain_cem_contract():
+        """The mixed embeddings are affine in each ``p_i``, so the head's first layer moves by
+        ``(a_i - p_i) W_1[:, block i] (c_i^+ - c_i^-)`` per intervened concept (row gathers, no
+        expanded state); the rest of the head runs on the moved outputs."""
+        split = first_linear(self.head) if self._plain_cem_contract() else None
+        if split is None:
             return super().pair_logits(state, pairs)
-        p = torch.where(pairs.mask, pairs.values.to(state.probs.dtype), state.probs[:, None])[..., None]  # [B,P,m,1]
-        c_pos, c_neg = state.extras["c_pos"][:, None], state.extras["c_neg"][:, None]  # [B,1,m,k]
-        mixed = (p * c_pos + (1 - p) * c_neg) * self.concept_keep[:, None]  # predict's own formula
-        return self.head(mixed.flatten(2))
+        first, rest = split
+        m, k = self.n_concepts, self.cfg.emb_size
+        diff = (state.extras["c_pos"] - state.extras["c_neg"]) * self.concept_keep[:, None]  # [B, m, k]
+        move = torch.einsum("bmk,fmk->bmf", diff, first.weight.view(-1, m, k))  # [B, m, F]
+        return additive_pair_logits(first(self.mixed_embeddings(state).flatten(1)), move, state.probs, pairs, rest)
 
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
         """RandInt: intervene with the annotated concepts on a per-sample Bernoulli mask."""

@@ -207,6 +207,11 @@ class ECBMConfig(ModelConfig):
     #: 32 units were dead, none active for the one Drent cell (knees, open mouth, round feet), so
     #: E_cy was constant there and all-true interventions reached only 96.2% (seed 0).
     energy_slope: float = 0.1
+    #: How the responsiveness search evaluates an intervention: ``fast`` keeps the free concepts at
+    #: the un-intervened minimum (the concept-class energy is then additive in the intervened ones:
+    #: thousands of (subset, assignment) pairs per millisecond); ``full`` re-minimises every pair
+    #: (``intervene`` + ``predict``, exact, ~1,000x slower). Interventions themselves always re-minimise.
+    pair_inference: str = "fast"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,6 +219,8 @@ class ECBMConfig(ModelConfig):
             raise ValueError(f"model.training: ECBM trains jointly, got '{self.training}'")
         if self.hidden_dim <= 0 or self.infer_steps < 0 or self.infer_lr <= 0 or self.infer_tol < 0:
             raise ValueError("model.hidden_dim and infer_lr must be > 0, infer_steps and infer_tol >= 0")
+        if self.pair_inference not in ("fast", "full"):
+            raise ValueError(f"model.pair_inference must be 'fast' or 'full', got '{self.pair_inference}'")
         if not 0.0 <= self.energy_slope < 1.0:
             raise ValueError(f"model.energy_slope must be in [0, 1), got {self.energy_slope}")
         if self.global_loss_weight < 0 or not 0.0 <= self.dropout < 1.0:

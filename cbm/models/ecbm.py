@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, with_hint
 from cbm.models.config import ECBMConfig
+from cbm.models.hooks import PairBlock, additive_pair_logits
 from cbm.models.state import ConceptState
 
 
@@ -231,6 +232,25 @@ class ECBM(ConceptModel):
         w = self._weights(state.intervened.any(1)).to(state.probs)
         e_xy, e_cy = self.class_energies(state.extras["features"], state.probs)
         return -(w[:, :1] * e_xy + w[:, 2:] * e_cy)
+
+    # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
+    def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """``pair_inference=fast``: the free concepts keep the un-intervened minimum, so the global
+        energy's input ``g0 + c @ G`` moves by ``sum_{i in S} (a_i - c_i) G_i`` per pair (row gathers)
+        and each class's logit is ``-(w_xy E_xy(x, y) + w_cy E_cy(c, y))`` under the intervention
+        weights. ``full``: every pair is re-minimised (``intervene`` + ``predict``)."""
+        if self.cfg.pair_inference == "full" or type(self).predict is not ECBM.predict:
+            return super().pair_logits(state, pairs)
+        w = self.cfg.intervene_weights
+        g0, g = self._global_affine()
+        u = self._class_emb()  # [C, h]
+        e_xy = self._energy(self._hidden(state.extras["features"])[0].unsqueeze(1), u, self.head_xy.weight[0], self.head_xy.bias)
+
+        def logits(gsum: Tensor) -> Tensor:  # [B, P, h] -> [B, P, C]
+            e_cy = self._energy(gsum.unsqueeze(-2), u, self.head_cy.weight[0], self.head_cy.bias)
+            return -(w.xy * e_xy.unsqueeze(1) + w.cy * e_cy)
+
+        return additive_pair_logits(g0 + state.probs @ g, g.unsqueeze(0), state.probs, pairs, logits)
 
     # ------------------------------------------------------------------ training
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:

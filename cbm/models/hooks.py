@@ -13,9 +13,11 @@ generic defaults: an architecture overrides a hook only when it can answer faste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from cbm.models.state import ConceptState
 
@@ -52,6 +54,48 @@ class PairBlock:
         if self.mask.shape[0] == 1:
             return self
         return PairBlock(self.mask[idx], self.values[idx], self.members[idx], self.bits[idx])
+
+
+def take_codes(table: Tensor, codes: Tensor) -> Tensor:
+    """``table [B, K, ...]`` at ``codes [1|B, P]`` -> ``[B, P, ...]`` (shared codes: one row gather)."""
+    if codes.shape[0] == 1:
+        return table.index_select(1, codes[0])
+    index = codes.view(*codes.shape, *([1] * (table.dim() - 2))).expand(*codes.shape, *table.shape[2:])
+    return table.expand(codes.shape[0], *table.shape[1:]).gather(1, index)
+
+
+def additive_pair_logits(
+    pre: Tensor, move: Tensor, probs: Tensor, pairs: PairBlock, rest: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """Logits ``[B, P, C]`` of a head whose first layer is affine in every concept's probability.
+
+    ``pre [B, F]``: the first layer's output for the state; ``move [B|1, m, F]``: its change per
+    unit of concept ``i``'s probability; ``rest``: the layers after it. Pair ``(S, a)`` then has
+    ``pre + sum_{i in S} (a_i - p_i) move_i``: ``|S|`` row gathers per pair instead of the whole
+    first layer on an expanded copy of the state.
+    """
+    dv = torch.stack([-probs, 1.0 - probs], dim=2)  # [B, m, 2]: a - p
+    table = (dv.unsqueeze(-1) * move.unsqueeze(2)).flatten(1, 2)  # [B, 2m, F] at code 2i + a
+    codes = 2 * pairs.members + pairs.bits
+    if codes.shape[0] == 1:  # shared pairs: gather whole [B, F] slabs (pair-major), transpose at the end
+        slabs = table.transpose(0, 1).contiguous()  # [2m, B, F]
+        acc = slabs.index_select(0, codes[0, :, 0])
+        for u in range(1, pairs.size):
+            acc += slabs.index_select(0, codes[0, :, u])
+        return rest(acc.add_(pre.unsqueeze(0)).transpose(0, 1))  # rest sees [B, P, F]
+    acc = take_codes(table, codes[..., 0])
+    for u in range(1, pairs.size):
+        acc += take_codes(table, codes[..., u])
+    return rest(acc.add_(pre.unsqueeze(1)))
+
+
+def first_linear(head: nn.Module) -> tuple[nn.Linear, Callable[[Tensor], Tensor]] | None:
+    """``(first Linear layer, the rest)`` of a head that is a Linear or a Sequential starting with one."""
+    if isinstance(head, nn.Linear):
+        return head, lambda z: z
+    if isinstance(head, nn.Sequential) and len(head) and isinstance(head[0], nn.Linear):
+        return head[0], head[1:]
+    return None
 
 
 def expand_rows(state: ConceptState, n: int) -> ConceptState:

@@ -45,6 +45,9 @@ from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts, with_hint
 from cbm.models.config import ProbCBMConfig
+from cbm.models.hooks import PairBlock
+from cbm.models.probcbm_pairs import pair_logits as probcbm_pair_logits
+from cbm.models.probcbm_pairs import pair_terms
 from cbm.models.state import ConceptState
 
 #: Log-variance clip: the reference's upper bound 10, and a lower bound so sigma never underflows.
@@ -98,15 +101,29 @@ class ProbCBM(ConceptModel):
         dist = torch.sqrt(sq.clamp_min(0) + 1e-6)  # [B,S,2,m]; |a|^2 = 1 (unit prototypes)
         return torch.sigmoid(self.concept_scale * (dist[:, :, 0] - dist[:, :, 1])).mean(1)
 
+    def class_embedding(self, samples: Tensor) -> Tensor:
+        """``[B,S,H]`` class-space embedding of samples ``[B,S,m,d]`` (linear in every concept's sample)."""
+        z = samples * self.concept_keep.view(1, 1, -1, 1)  # alignment constraint
+        return self.class_map(z.flatten(2))
+
+    def log_probs_from_dist(self, dist: Tensor) -> Tensor:
+        """``log`` of the MC-mean class probability ``[...,C]`` from root-mean-square distances
+        ``[...,S,C]`` of every sample to every class prototype (Eq. 5). Two classes take
+        ``log softmax = logsigmoid`` of the difference: the same function, a third of the work."""
+        z = -self.class_scale * dist
+        if z.shape[-1] == 2:
+            gap = z[..., 1] - z[..., 0]
+            log_p = torch.stack([F.logsigmoid(-gap), F.logsigmoid(gap)], dim=-1)
+        else:
+            log_p = F.log_softmax(z, dim=-1)
+        return torch.logsumexp(log_p, dim=-2) - math.log(log_p.shape[-2])
+
     def class_log_probs(self, samples: Tensor) -> Tensor:
         """``log`` of the MC-mean class probability ``[B,C]`` (Eq. 5), usable as logits."""
-        z = samples * self.concept_keep.view(1, 1, -1, 1)  # alignment constraint
-        h = self.class_map(z.flatten(2))  # [B,S,H]
+        h = self.class_embedding(samples)  # [B,S,H]
         p = self.class_prototypes
         sq = h.pow(2).sum(-1, keepdim=True) - 2 * h @ p.T + p.pow(2).sum(-1)
-        dist = torch.sqrt(sq.clamp_min(0) / h.shape[-1] + 1e-10)  # [B,S,C] root-mean-square distance
-        log_p = F.log_softmax(-self.class_scale * dist, dim=-1)
-        return torch.logsumexp(log_p, dim=1) - math.log(log_p.shape[1])
+        return self.log_probs_from_dist(torch.sqrt(sq.clamp_min(0) / h.shape[-1] + 1e-10))
 
     def class_uncertainty(self, std: Tensor) -> Tensor:
         """``[B]`` class uncertainty ``det(G + 1e-10 I)^(1/n)``, ``G`` the Gram of ``W diag(sigma^2) W^T``.
@@ -168,6 +185,24 @@ class ProbCBM(ConceptModel):
         """Class log-probabilities from the fixed inference noise (deterministic)."""
         ex = state.extras
         return self.class_log_probs(self.sample(ex["mean"], ex["std"], self.eps_infer.unsqueeze(0)))
+
+    # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
+    def _plain_probcbm_contract(self) -> bool:
+        return type(self).predict is ProbCBM.predict and type(self).intervene is ProbCBM.intervene
+
+    def intervention_extras(self) -> frozenset[str] | None:
+        """``predict`` reads the moments only (the class uncertainty is recomputed when present)."""
+        return frozenset({"mean", "std"}) if self._plain_probcbm_contract() else None
+
+    def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """Exact logits of every pair through the expansion of :mod:`cbm.models.probcbm_pairs`
+        (its per-example terms are computed once per state and reused across pair blocks)."""
+        if not self._plain_probcbm_contract():
+            return super().pair_logits(state, pairs)
+        cached = getattr(self, "_pair_cache", None)
+        if cached is None or cached[0] is not state:
+            self._pair_cache = (state, pair_terms(self, state))
+        return probcbm_pair_logits(self, self._pair_cache[1], pairs)
 
     # ------------------------------------------------------------------ training
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:

@@ -155,7 +155,7 @@ INTERVENE = [
     ([], "checkpoint"),
     (["checkpoint=FX/files/missing"], "checkpoint not found"),
     (["checkpoint=FX/files/empty_dir"], "no checkpoints/best.ckpt or last.ckpt"),
-    (["checkpoint=FX/run", "policy=[psychic]"], "unknown policy 'psychic' (choose from: random, responsiveness, uncertainty)"),
+    (["checkpoint=FX/run", "policy=[psychic]"], "unknown policy 'psychic' (choose from: "),
     (["checkpoint=FX/run", "intervener=[wizard]"], "unknown intervener 'wizard'"),
     (["checkpoint=FX/run", "split=holdout"], "split must be one of"),
     (["checkpoint=FX/run", "device=tpu"], "device must be one of"),

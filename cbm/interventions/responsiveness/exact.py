@@ -57,9 +57,19 @@ def pair_weights(prior: Prior, state: ConceptState, table: SubsetTable, level: L
     if not isinstance(prior, IndependentPrior):
         return prior.level_weights(table, level)[None]
     pairs = table.pair_block(level)
-    qv = prior.value_probs(state).reshape(state.batch_size, -1)  # [B, 2m]: (concept, value) flattened
-    flat = (2 * pairs.members[0] + pairs.bits[0]).reshape(-1)  # [P*s]
-    return qv.index_select(1, flat).view(state.batch_size, pairs.n_pairs, pairs.size).prod(2)
+    slabs = prior.value_probs(state).flatten(1).T.contiguous()  # [2m, B]: (concept, value) rows
+    codes = 2 * pairs.members[0] + pairs.bits[0]  # [P, s]
+    w = slabs.index_select(0, codes[:, 0])
+    for u in range(1, pairs.size):
+        w *= slabs.index_select(0, codes[:, u])
+    return w.T  # [B, P]
+
+
+def predicted(logits: Tensor) -> Tensor:
+    """The predicted class of logits ``[..., C]`` (ties: the first class; two classes: one compare)."""
+    if logits.shape[-1] == 2:
+        return torch.gt(logits[..., 1], logits[..., 0]).long()
+    return logits.argmax(-1)
 
 
 def exact_pairs(model, state: ConceptState, yhat: Tensor, table: SubsetTable, prior: Prior, chunk_mb: float) -> Tensor:
@@ -70,18 +80,19 @@ def exact_pairs(model, state: ConceptState, yhat: Tensor, table: SubsetTable, pr
         return resp
     st = trim_state(model, state)
     per_call = batch_step(1, state_row_bytes(st), chunk_mb)  # (example, pair) rows per call
-    for lv in table.levels:
-        pairs = table.pair_block(lv)
-        n_pairs, q, a = lv.n_pairs, lv.n_subsets, lv.n_assignments
-        pc = min(n_pairs, per_call)
-        bc = max(1, per_call // pc)
-        for e0 in range(0, b, bc):
-            rows = slice(e0, e0 + bc)
-            sub = st.index(rows)
+    p_max = max(lv.n_pairs for lv in table.levels)
+    bc = max(1, per_call // p_max)
+    for e0 in range(0, b, bc):  # examples outer: a model may cache per-state work across levels
+        rows = slice(e0, e0 + bc)
+        sub = st.index(rows)
+        for lv in table.levels:
+            pairs = table.pair_block(lv)
+            n_pairs, q, a = lv.n_pairs, lv.n_subsets, lv.n_assignments
+            pc = min(n_pairs, per_call)
             flips = torch.empty(sub.batch_size, n_pairs, device=yhat.device)
             for p0 in range(0, n_pairs, pc):
                 logits = model.pair_logits(sub, pairs.slice(p0, p0 + pc))  # [bc, n, C]
-                torch.ne(logits.argmax(-1), yhat[rows, None], out=flips[:, p0 : p0 + pc])
+                torch.ne(predicted(logits), yhat[rows, None], out=flips[:, p0 : p0 + pc])
             w = pair_weights(prior, sub, table, lv)
             resp[rows, lv.offset : lv.offset + q] = flips.mul_(w).view(-1, q, a).sum(2)
     return resp
