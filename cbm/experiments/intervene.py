@@ -6,7 +6,7 @@ directory: ``results.csv``, ``results.json`` (rows + black-box accuracy + config
 ``accuracy_vs_k.png`` and, with ``per_example=true``, ``per_example.pt``.
 
     cbm-intervene checkpoint=outputs/robot-cbm/2025-01-01_12-00-00 \\
-        'policies=[random,responsiveness]' 'ks=[0,1,2,3,max]' blackbox=outputs/robot-blackbox/...
+        'policy=[random,responsiveness]' 'ks=[0,1,2,3,max]' blackbox=outputs/robot-blackbox/...
 """
 
 from __future__ import annotations
@@ -118,7 +118,11 @@ main = hydra_app(
     run,
     validate,
     "Test-time concept interventions on a trained run: every intervener x policy x budget k;\nwrites results.csv / results.json / accuracy_vs_k.png.",
-    ['checkpoint=outputs/robot-cbm/<time>', "checkpoint=<run> 'policies=[random,responsiveness]' 'ks=[0,1,2,3,max]' blackbox=<black-box run>", 'checkpoint=<run> interveners=[expert] expert.accuracy=0.9 device=cuda'],
+    [
+        "checkpoint=outputs/robot-cbm/<time>",
+        "checkpoint=<run> 'policy=[random,responsiveness]' policy.responsiveness.threshold=0.3 'ks=[0,1,2,3,max]'",
+        "checkpoint=<run> 'intervener=[expert]' intervener.expert.accuracy=0.9 blackbox=<black-box run> device=cuda",
+    ],
 )
 
 
