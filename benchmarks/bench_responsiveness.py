@@ -27,7 +27,12 @@ import time
 
 import torch
 
-from cbm.interventions.responsiveness import n_candidate_pairs, responsiveness_loop, subset_responsiveness, subset_table
+from cbm.interventions.responsiveness import (
+    n_candidate_pairs,
+    responsiveness_loop,
+    subset_responsiveness,
+    subset_table,
+)
 from cbm.models import build_model
 
 #: KFlip (ustunb/concept-benchmark) on this machine: side-by-side run (range), earlier run.

@@ -149,7 +149,7 @@ def help_text(prog: str, config_name: str, summary: str, examples: list[str]) ->
     cfg = OmegaConf.load(Path(CONF_DIR) / f"{config_name}.yaml")
     lines = [f"usage: {prog} [key=value ...] [group=option ...] [-m/--multirun]", "", summary, "", "config groups:"]
     for group in config_groups(config_name):
-        lines.append(f"  {group:<9} {', '.join(group_options(group))}")
+        lines.append(f"  {group:<11} {', '.join(group_options(group))}")
     settings = [f"{k}={OmegaConf.to_container(cfg, resolve=False).get(k)!r}" for k in cfg if k not in ("defaults", "hydra")]
     lines += ["", "settings (defaults): " + "  ".join(settings), "", "examples:"]
     lines += [f"  {prog} {e}" for e in examples]
