@@ -88,29 +88,33 @@ def main() -> None:
     print("| architecture | path | examples/s | vs loop | vs KFlip fast (727-786) | vs KFlip generic (192-202) | max abs diff vs loop |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for arch in args.archs.split(","):
-        n_pairs_batch = BATCH["pairs"][arch]
-        model, state = sudoku_like(arch, max(BATCH["fast"], n_pairs_batch))
-        few = state.index(slice(0, BATCH["loop"]))
-        with torch.no_grad():
-            part = subsets if arch in ("cbm", "cem") else subsets[: args.loop_subsets]
-            t_loop = best_time(lambda: responsiveness_loop(model, few, part), 1) * len(subsets) / len(part)
-            loop = responsiveness_loop(model, few, part)
-            rows = []
-            if model.additive_logits(state) is not None:
-                fast_state = state.index(slice(0, BATCH["fast"]))
-                rows.append(("fast", BATCH["fast"], best_time(lambda: subset_responsiveness(model, fast_state, table), args.repeats)))
-            pair_state = state.index(slice(0, n_pairs_batch))
-            rows.append(("pairs", n_pairs_batch, best_time(lambda: subset_responsiveness(model, pair_state, table, fast_path="off"), args.repeats)))
-            loop_rate = BATCH["loop"] / t_loop
-            for path, batch, seconds in rows:
-                rate = batch / seconds
-                mine = subset_responsiveness(model, few, table, fast_path="auto" if path == "fast" else "off")[:, : len(part)]
-                diff = float((mine - loop).abs().max())
-                kf, kg = KFLIP["fast"], KFLIP["generic"]
-                print(f"| {arch} | {path} | {rate:,.0f} | {rate / loop_rate:,.0f}x | {rate / kf[1]:.1f}-{rate / kf[0]:.1f}x "
-                      f"| {rate / kg[1]:.1f}-{rate / kg[0]:.1f}x | {diff:.1e} |", flush=True)
-            print(f"| {arch} | loop | {loop_rate:,.3g} | 1x | | | |", flush=True)
+        bench_arch(arch, table, subsets, args.loop_subsets, args.repeats)
 
+
+def bench_arch(arch: str, table, subsets: list, loop_subsets: int, repeats: int) -> None:
+    """One architecture's rows of the table."""
+    n_pairs_batch = BATCH["pairs"][arch]
+    model, state = sudoku_like(arch, max(BATCH["fast"], n_pairs_batch))
+    few = state.index(slice(0, BATCH["loop"]))
+    with torch.no_grad():
+        part = subsets if arch in ("cbm", "cem") else subsets[:loop_subsets]
+        t_loop = best_time(lambda: responsiveness_loop(model, few, part), 1) * len(subsets) / len(part)
+        loop = responsiveness_loop(model, few, part)
+        rows = []
+        if model.additive_logits(state) is not None:
+            fast_state = state.index(slice(0, BATCH["fast"]))
+            rows.append(("fast", BATCH["fast"], best_time(lambda: subset_responsiveness(model, fast_state, table), repeats)))
+        pair_state = state.index(slice(0, n_pairs_batch))
+        rows.append(("pairs", n_pairs_batch, best_time(lambda: subset_responsiveness(model, pair_state, table, fast_path="off"), repeats)))
+        loop_rate = BATCH["loop"] / t_loop
+        for path, batch, seconds in rows:
+            rate = batch / seconds
+            mine = subset_responsiveness(model, few, table, fast_path="auto" if path == "fast" else "off")[:, : len(part)]
+            diff = float((mine - loop).abs().max())
+            kf, kg = KFLIP["fast"], KFLIP["generic"]
+            print(f"| {arch} | {path} | {rate:,.0f} | {rate / loop_rate:,.0f}x | {rate / kf[1]:.1f}-{rate / kf[0]:.1f}x "
+                  f"| {rate / kg[1]:.1f}-{rate / kg[0]:.1f}x | {diff:.1e} |", flush=True)
+        print(f"| {arch} | loop | {loop_rate:,.3g} | 1x | | | |", flush=True)
 
 if __name__ == "__main__":
     main()
