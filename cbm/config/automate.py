@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config.names import CALIBRATION_METHODS as METHODS
 from cbm.config.names import DEVICES, SCORES
 from cbm.config.paths import group_defaults, resolve_checkpoint
-from cbm.config.validate import ConfigError, to_dataclass
+from cbm.config.validate import ConfigError, check_budgets, to_dataclass
 
 
 @dataclass
@@ -56,11 +56,7 @@ class AutomateConfig:
             raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
-        if not self.ks:
-            raise ValueError("ks must list at least one budget (e.g. [0, 1, 3, max])")
-        for k in self.ks:
-            if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
-                raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
+        check_budgets(self.ks, "ks")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("batch_size and eval_batch_size must be >= 1")
 

@@ -13,7 +13,7 @@ from cbm.config.names import (
     SPLITS,
 )
 from cbm.config.paths import group_defaults, resolve_blackbox, resolve_checkpoint
-from cbm.config.validate import to_dataclass
+from cbm.config.validate import check_budgets, to_dataclass
 
 
 @dataclass
@@ -47,11 +47,7 @@ class InterveneConfig:
         self.intervener = self.intervener or {n: {} for n in group_defaults("intervene", "intervener")}
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got '{self.split}'")
-        if not self.ks:
-            raise ValueError("ks must be non-empty")
-        for k in self.ks:
-            if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
-                raise ValueError(f"ks entries must be integers >= 0 or 'max', got {k!r}")
+        check_budgets(self.ks, "ks")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
         if self.batch_size < 1:

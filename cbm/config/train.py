@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.config.validate import check_budgets
+
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "64")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
 
@@ -95,9 +97,7 @@ class OracleConfig:
     def __post_init__(self) -> None:
         if self.seed < 0:
             raise ValueError(f"interventions.seed must be >= 0, got {self.seed}")
-        for k in self.ks:
-            if not (k == "max" or (isinstance(k, int) and k >= 0)):
-                raise ValueError(f"interventions.ks entries must be integers >= 0 or 'max', got {k!r}")
+        check_budgets(self.ks, "interventions.ks", allow_empty=True)
 
 
 @dataclass

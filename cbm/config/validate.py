@@ -50,3 +50,12 @@ def as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, DictConfig):
         return OmegaConf.to_container(obj, resolve=True)  # type: ignore[return-value]
     return dict(obj)
+
+
+def check_budgets(ks: list, where: str = "ks", allow_empty: bool = False) -> None:
+    """Intervention budgets: integers >= 0 or ``max`` (all concepts); the one rule every command uses."""
+    if not ks and not allow_empty:
+        raise ValueError(f"{where} must list at least one budget (e.g. [0, 1, 3, max])")
+    for k in ks:
+        if not (k == "max" or (isinstance(k, int) and not isinstance(k, bool) and k >= 0)):
+            raise ValueError(f"{where} entries must be integers >= 0 or 'max', got {k!r}")

@@ -1,11 +1,9 @@
 """Encoders ``x -> features [B, out_dim]`` selected by ``model.backbone.name``.
 
-A backbone may also define
-
-* ``make_concept_layer(n_concepts) -> nn.Module``: replaces the default linear
-  ``features -> concept logits`` layer (the Sudoku board reader does);
-* ``aux_loss(features, batch) -> Tensor``: an auxiliary loss weighted by
-  ``backbone.aux_weight``.
+Every encoder is a :class:`Backbone`, whose two optional hooks are declared there with their
+defaults: ``make_concept_layer(n_concepts)`` (a concept layer of the encoder's own, e.g. the Sudoku
+board reader's group-validity layer; ``None``: a linear layer) and ``aux_loss(features, batch)`` (an
+auxiliary loss weighted by ``backbone.aux_weight``; ``None``: none).
 """
 
 from __future__ import annotations
@@ -19,10 +17,24 @@ from torch import Tensor, nn
 from cbm.models.config import BackboneConfig, DataInfo
 from cbm.models.pooling import AdaptiveAvgPool2d
 
-_REGISTRY: dict[str, Callable[[BackboneConfig, DataInfo], nn.Module]] = {}
+_REGISTRY: dict[str, Callable[[BackboneConfig, DataInfo], Backbone]] = {}
 #: Backbones that live in their own module, imported on first use.
 _LAZY = {"sudoku_cells": "cbm.models.backbones_sudoku"}
 _AUTO = {"image": "cnn", "tabular": "mlp", "text": "text_bag"}
+
+
+class Backbone(nn.Module):
+    """An encoder ``x -> features [B, out_dim]`` and its optional hooks."""
+
+    out_dim: int
+
+    def make_concept_layer(self, n_concepts: int) -> nn.Module | None:
+        """The encoder's own ``features -> concept logits`` layer, or ``None`` (a linear layer is used)."""
+        return None
+
+    def aux_loss(self, features: Tensor | None, batch: dict[str, Tensor]) -> Tensor | None:
+        """An auxiliary training loss, or ``None``."""
+        return None
 
 
 def register_backbone(name: str):
@@ -35,7 +47,7 @@ def register_backbone(name: str):
     return deco
 
 
-def build_backbone(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+def build_backbone(cfg: BackboneConfig, info: DataInfo) -> Backbone:
     """Instantiate the configured backbone (``auto``: by dataset and modality); it exposes ``out_dim``."""
     name = cfg.name
     if name == "auto":  # Sudoku boards get the per-cell digit reader, everything else goes by modality
@@ -62,7 +74,7 @@ def mlp(sizes: list[int], dropout: float = 0.0, last_act: bool = False) -> nn.Se
     return nn.Sequential(*layers)
 
 
-class SmallCNN(nn.Module):
+class SmallCNN(Backbone):
     """Conv-BN-ReLU-pool blocks, pooled to a fixed ``grid x grid`` map and flattened.
 
     Keeping a coarse spatial grid (rather than a global average) tells the projection
@@ -89,7 +101,7 @@ def _cnn(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
     return SmallCNN(cfg, in_channels=info.in_shape[0])
 
 
-class ResNet18(nn.Module):
+class ResNet18(Backbone):
     """torchvision ResNet-18 with random init (no weights are downloaded); its global average
     pooling is the deterministic :class:`~cbm.models.pooling.AdaptiveAvgPool2d`."""
 
@@ -112,7 +124,7 @@ def _resnet(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
     return ResNet18(cfg)
 
 
-class TabularMLP(nn.Module):
+class TabularMLP(Backbone):
     def __init__(self, cfg: BackboneConfig, in_dim: int):
         super().__init__()
         self.net = mlp([in_dim, *cfg.hidden, cfg.out_dim], cfg.dropout, last_act=True)
@@ -127,7 +139,7 @@ def _mlp(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
     return TabularMLP(cfg, in_dim=info.in_shape[0])
 
 
-class TextBag(nn.Module):
+class TextBag(Backbone):
     """Token embeddings, a width-3 convolution (so "round head" and "square body" bind
     adjective to noun, which a plain bag of words cannot), max-pool over positions, MLP.
     Token id 0 is padding."""

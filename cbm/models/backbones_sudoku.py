@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.backbones import register_backbone
+from cbm.models.backbones import Backbone, register_backbone
 from cbm.models.config import BackboneConfig, DataInfo
 from cbm.models.pooling import adaptive_avg_pool2d
 from synthetic.sudoku.checker import GROUPS
@@ -114,7 +114,7 @@ class GroupValidity(nn.Module):
         return self.offset + self.log_scale.exp() * torch.expm1(-self.collisions(features))
 
 
-class SudokuCellReader(nn.Module):
+class SudokuCellReader(Backbone):
     """Shared per-cell digit reader over the 81 cell crops; features are digit log-probabilities.
 
     Parameters

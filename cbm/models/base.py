@@ -58,7 +58,7 @@ def concept_hint(backbone: nn.Module, n_concepts: int) -> nn.Module | None:
     """The backbone's own concept layer (Sudoku group validity), or ``None``. Architectures that
     build their own concept representation (CEM, ProbCBM, ECBM) read its logits as ``n_concepts``
     extra features (:func:`with_hint`), so they see what a CBM's concept layer sees."""
-    return backbone.make_concept_layer(n_concepts) if hasattr(backbone, "make_concept_layer") else None
+    return backbone.make_concept_layer(n_concepts)
 
 
 def with_hint(features: Tensor, hint: nn.Module | None) -> Tensor:
@@ -151,9 +151,10 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         if self.has_concepts and self.cfg.concept_loss_weight > 0:
             losses["concept_loss"] = self.concept_loss(state, batch["c"])
             total = total + self.cfg.concept_loss_weight * losses["concept_loss"]
-        if self.cfg.backbone.aux_weight > 0 and hasattr(self.backbone, "aux_loss"):
-            losses["aux_loss"] = self.backbone.aux_loss(state.extras.get("features"), batch)
-            total = total + self.cfg.backbone.aux_weight * losses["aux_loss"]
+        aux = self.backbone.aux_loss(state.extras.get("features"), batch) if self.cfg.backbone.aux_weight > 0 else None
+        if aux is not None:
+            losses["aux_loss"] = aux
+            total = total + self.cfg.backbone.aux_weight * aux
         for name, value in self.extra_losses(batch, state, y_logits).items():
             losses[name] = value
             total = total + value

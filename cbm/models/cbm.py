@@ -22,9 +22,8 @@ from cbm.models.state import ConceptState
 
 def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
     """The backbone's own concept layer if it has one, else a linear map of its features."""
-    if hasattr(backbone, "make_concept_layer"):
-        return backbone.make_concept_layer(n_concepts)
-    return nn.Linear(backbone.out_dim, n_concepts)
+    own = backbone.make_concept_layer(n_concepts)
+    return own if own is not None else nn.Linear(backbone.out_dim, n_concepts)
 
 
 class CBM(ConceptModel):

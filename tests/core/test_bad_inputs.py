@@ -165,7 +165,7 @@ INTERVENE = [
     (["checkpoint=FX/run", "+policy.random.nope=1"], "policy.random: Key 'nope' not in 'Config'"),
     (["checkpoint=FX/run", "policy.responsiveness.search=psychic"], "search must be one of"),
     (["checkpoint=FX/run", "intervener=[llm]"], "the llm intervener needs client"),
-    (["checkpoint=FX/run", "ks=[]"], "must be non-empty"),
+    (["checkpoint=FX/run", "ks=[]"], "ks must list at least one budget"),
     (["checkpoint=FX/run", "ks=[-1]"], "ks entries"),
     (["checkpoint=FX/run", "batch_size=0"], "batch_size"),
     (["checkpoint=FX/run", "blackbox=FX/files/missing.json"], "blackbox: metrics file not found"),

@@ -170,3 +170,22 @@ def test_uncertainty_policy_sources():
     with pytest.raises(ValueError, match="no uncertainty"):
         UncertaintyPolicy("state").select(None, st, 1)
     assert UncertaintyPolicy(allowed=[0, 2]).select(None, st, 3).tolist() == [[True, False, True]]
+
+
+@pytest.mark.parametrize("kind", ["policy", "intervener"])
+def test_every_component_config_file_lists_its_schema_defaults(kind):
+    """conf/<kind>/<name>.yaml and the class's typed Config hold the same defaults (one knob, one value)."""
+    from dataclasses import asdict
+
+    from cbm.interventions import registry
+
+    names = registry.names(kind)
+    assert names and set(names) >= ({"random", "uncertainty", "responsiveness"} if kind == "policy" else {"oracle", "expert", "llm"})
+    for name in names:
+        settings = registry.defaults(kind, name)
+        cls = registry.component_class(kind, name)
+        assert settings.pop("_target_").endswith(cls.__name__)
+        if name == "llm":  # its client is required, so its Config has no complete default
+            assert set(settings) == set(cls.Config.__dataclass_fields__)
+            continue
+        assert settings == asdict(cls.Config()), name

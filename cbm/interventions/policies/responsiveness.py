@@ -56,14 +56,14 @@ class ResponsivenessPolicy:
 
     def __init__(
         self,
-        threshold: float = 0.2,
-        prior: str | Any = "independent",
+        threshold: float = Config.threshold,
+        prior: str | Any = Config.prior,
         labels: Tensor | None = None,
-        search: str = "auto",
-        exact_max_candidates: int = 100_000,
-        max_assignments: int = 256,
-        chunk_mb: float = 256.0,
-        fast_path: str = "auto",
+        search: str = Config.search,
+        exact_max_candidates: int = Config.exact_max_candidates,
+        max_assignments: int = Config.max_assignments,
+        chunk_mb: float = Config.chunk_mb,
+        fast_path: str = Config.fast_path,
         allowed: Tensor | Sequence[int] | None = None,
         seed: int = 0,
     ):

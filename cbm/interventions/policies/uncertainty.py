@@ -29,7 +29,7 @@ class UncertaintyPolicy(ScorePolicy):
             if self.source not in UNCERTAINTY_SOURCES:
                 raise ValueError(f"source must be one of {UNCERTAINTY_SOURCES}, got '{self.source}'")
 
-    def __init__(self, source: str = "auto", allowed: Tensor | Sequence[int] | None = None):
+    def __init__(self, source: str = Config.source, allowed: Tensor | Sequence[int] | None = None):
         self.Config(source)  # validates
         self.source = source
         self.allowed = allowed
