@@ -392,6 +392,9 @@ def test_every_architecture_exact_search_equals_the_loop(case, n_classes):
             best = choose_exact(resp, table, k)
             ref = choose_exact(loop.to(resp.dtype), table, k)
             assert torch.equal(best.mask, ref.mask), (case, fast, k)
+        _, values = greedy_chain(model, state, 4, fast_path=fast)  # greedy <= exact at every budget
+        for t in range(4):
+            assert bool((values[:, t] <= choose_exact(resp, table, t + 1).resp + 1e-6).all()), (case, fast, t)
 
 
 def test_ecbm_fast_pair_inference_keeps_the_free_concepts():
