@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head
-from cbm.models.hooks import PairBlock, additive_pair_logits, first_linear
+from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
 
 
@@ -55,6 +55,9 @@ class CBM(ConceptModel):
         p = state.probs
         dv = torch.stack([-p, 1.0 - p], dim=2)  # [B, m, 2]: v - p
         return self.predict(state), dv[..., None] * w.T[None, :, None, :]
+
+    def pair_bytes(self, state: ConceptState) -> int | None:
+        return additive_pair_bytes(self.head, self.n_classes) if self._plain_cbm_contract() else None
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
         """The head's first layer is linear in the probabilities: each pair moves its output by

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, with_hint
 from cbm.models.config import CEMConfig
-from cbm.models.hooks import PairBlock, additive_pair_logits, first_linear
+from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
 
 
@@ -81,6 +81,9 @@ class CEM(ConceptModel):
         p = state.probs
         dv = torch.stack([-p, 1.0 - p], dim=2)  # [B, m, 2]: v - p
         return self.predict(state), dv[..., None] * move[:, :, None, :]
+
+    def pair_bytes(self, state: ConceptState) -> int | None:
+        return additive_pair_bytes(self.head, self.n_classes) if self._plain_cem_contract() else None
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
         """The mixed embeddings are affine in each ``p_i``, so the head's first layer moves by

@@ -234,6 +234,12 @@ class ECBM(ConceptModel):
         return -(w[:, :1] * e_xy + w[:, 2:] * e_cy)
 
     # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
+    def pair_bytes(self, state: ConceptState) -> int | None:
+        """``fast``: the global energy's input, the energy head's activations per class, the logits."""
+        if self.cfg.pair_inference == "full":
+            return None
+        return 4 * 3 * (self.cfg.hidden_dim * (1 + self.n_classes) + self.n_classes)
+
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
         """``pair_inference=fast``: the free concepts keep the un-intervened minimum, so the global
         energy's input ``g0 + c @ G`` moves by ``sum_{i in S} (a_i - c_i) G_i`` per pair (row gathers)

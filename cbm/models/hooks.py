@@ -89,6 +89,16 @@ def additive_pair_logits(
     return rest(acc.add_(pre.unsqueeze(1)))
 
 
+def additive_pair_bytes(head: nn.Module, n_classes: int) -> int | None:
+    """Bytes per (example, pair) of :func:`additive_pair_logits` on ``head`` (its first layer's
+    outputs, the rest's activations and the logits, with room for temporaries)."""
+    split = first_linear(head)
+    if split is None:
+        return None
+    widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
+    return 4 * 3 * (sum(widths) + n_classes)
+
+
 def first_linear(head: nn.Module) -> tuple[nn.Linear, Callable[[Tensor], Tensor]] | None:
     """``(first Linear layer, the rest)`` of a head that is a Linear or a Sequential starting with one."""
     if isinstance(head, nn.Linear):
@@ -114,6 +124,11 @@ class InterventionHooks:
         """``(base [B,C], terms [B,m,2,C])`` with ``predict(intervene(state, S, a)) ==
         base + sum_{i in S} terms[:, i, a_i]`` for every subset ``S`` of the not-yet-intervened
         concepts, or ``None`` when the head is not additive in the concepts."""
+        return None
+
+    def pair_bytes(self, state: ConceptState) -> int | None:
+        """Working memory (bytes) of one (example, pair) in ``pair_logits``, which the engine sizes its
+        chunks by; ``None``: the cost of an expanded state row (the generic ``pair_logits``)."""
         return None
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:

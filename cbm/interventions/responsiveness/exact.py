@@ -53,16 +53,16 @@ def subset_responsiveness(
 
 
 def pair_weights(prior: Prior, state: ConceptState, table: SubsetTable, level: Level) -> Tensor:
-    """``[B|1, P]`` prior probability of every pair's assignment given its subset."""
+    """``[P, B|1]`` (pair-major) prior probability of every pair's assignment given its subset."""
     if not isinstance(prior, IndependentPrior):
-        return prior.level_weights(table, level)[None]
+        return prior.level_weights(table, level)[:, None]
     pairs = table.pair_block(level)
     slabs = prior.value_probs(state).flatten(1).T.contiguous()  # [2m, B]: (concept, value) rows
     codes = 2 * pairs.members[0] + pairs.bits[0]  # [P, s]
     w = slabs.index_select(0, codes[:, 0])
     for u in range(1, pairs.size):
         w *= slabs.index_select(0, codes[:, u])
-    return w.T  # [B, P]
+    return w
 
 
 def predicted(logits: Tensor) -> Tensor:
@@ -79,7 +79,8 @@ def exact_pairs(model, state: ConceptState, yhat: Tensor, table: SubsetTable, pr
     if table.n_subsets == 0:
         return resp
     st = trim_state(model, state)
-    per_call = batch_step(1, state_row_bytes(st), chunk_mb)  # (example, pair) rows per call
+    row_bytes = model.pair_bytes(st) or state_row_bytes(st)
+    per_call = batch_step(1, row_bytes, chunk_mb)  # (example, pair) rows per call
     p_max = max(lv.n_pairs for lv in table.levels)
     bc = max(1, per_call // p_max)
     for e0 in range(0, b, bc):  # examples outer: a model may cache per-state work across levels
@@ -89,10 +90,10 @@ def exact_pairs(model, state: ConceptState, yhat: Tensor, table: SubsetTable, pr
             pairs = table.pair_block(lv)
             n_pairs, q, a = lv.n_pairs, lv.n_subsets, lv.n_assignments
             pc = min(n_pairs, per_call)
-            flips = torch.empty(sub.batch_size, n_pairs, device=yhat.device)
+            flips = torch.empty(n_pairs, sub.batch_size, device=yhat.device)  # pair-major, like the weights
             for p0 in range(0, n_pairs, pc):
-                logits = model.pair_logits(sub, pairs.slice(p0, p0 + pc))  # [bc, n, C]
-                torch.ne(predicted(logits), yhat[rows, None], out=flips[:, p0 : p0 + pc])
+                pred = predicted(model.pair_logits(sub, pairs.slice(p0, p0 + pc))).T  # [n, bc]
+                torch.ne(pred, yhat[None, rows], out=flips[p0 : p0 + pc])
             w = pair_weights(prior, sub, table, lv)
-            resp[rows, lv.offset : lv.offset + q] = flips.mul_(w).view(-1, q, a).sum(2)
+            resp[rows, lv.offset : lv.offset + q] = flips.mul_(w).view(q, a, -1).sum(1).T
     return resp
