@@ -94,9 +94,11 @@ def load_run(
 
 
 def check_compatible(model: ConceptModel, info: dict[str, Any]) -> None:
-    """Refuse data whose dataset, concepts or classes differ from the model's."""
+    """Refuse data whose dataset, concepts or classes differ from the model's (a black box has no
+    concepts: any concept set of the same data is compatible with it)."""
     mine = model.info
-    for key in ("dataset", "modality", "concept_names", "class_names"):
+    keys = ("dataset", "modality", "concept_names", "class_names") if model.has_concepts else ("dataset", "modality", "class_names")
+    for key in keys:
         if getattr(mine, key) != info[key]:
             raise ValueError(
                 f"checkpoint was trained on {key}={getattr(mine, key)!r} but the data has {info[key]!r}"

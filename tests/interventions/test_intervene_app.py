@@ -95,7 +95,6 @@ def test_app_restricted_concepts_and_empirical_prior(workdir):
         ({"concepts": ["knees", "wings"]}, "unknown concept name(s) ['wings']"),
         ({"concepts": ["knees"], "ks": [2]}, "k=2 is outside [0, 1]"),
         ({"data": {"concept_set": "fine"}}, "checkpoint was trained on concept_names="),
-        ({"blackbox": "BB_FINE"}, "checkpoint was trained on concept_names="),
         ({"checkpoint": "BB"}, "black-box model"),
         ({"checkpoint": "/nonexistent/run"}, "checkpoint not found"),
         ({"policy": {"coop": {}}}, "unknown policy 'coop'"),
@@ -115,6 +114,14 @@ def test_bad_requests_fail_with_one_clear_line(workdir, capsys, overrides, messa
     assert err.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cbm-intervene: error: ") and message in lines[0], lines
+
+
+def test_a_black_box_pairs_with_any_concept_set_of_its_data(workdir):
+    """A black box has no concepts: one trained beside the `fine` concept set is the baseline of a
+    model on the `true` set (same images and labels), its accuracy measured on the same batches."""
+    grid = intervene.run(cfg(workdir, "bb-fine", blackbox=str(workdir / "bb_fine"), ks=[0]))
+    assert grid.blackbox_accuracy is not None and 0.0 < grid.blackbox_accuracy <= 1.0
+    assert all(r["gain"] == pytest.approx(r["accuracy"] - grid.blackbox_accuracy) for r in grid.rows)
 
 
 @pytest.mark.slow

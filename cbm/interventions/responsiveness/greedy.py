@@ -13,6 +13,7 @@ from cbm.interventions.responsiveness.common import additive, batch_step, state_
 from cbm.interventions.responsiveness.priors import EmpiricalPrior, IndependentPrior, Prior
 from cbm.interventions.responsiveness.search import DEFAULT_CHUNK_MB, DEFAULT_MAX_ASSIGNMENTS, first_within
 from cbm.interventions.responsiveness.tables import assignment_bits
+from cbm.models.hooks import PairBlock
 from cbm.models.state import ConceptState
 
 
@@ -111,26 +112,34 @@ def _greedy_enum(model, st, lin, yhat, prior, base_idx, chosen, cand, chunk_mb) 
             flips = lin.flips(lin.base[sl][:, None, None, None, :], delta, yhat[sl][:, None, None, None])
             out[sl] = (weights[sl] * flips).sum((1, 3))
         return out
-    # generic: rows (b, j) candidates x A assignments of the base x 2 values of j
-    vbase = torch.zeros(b, a, m + 1, device=dev)
-    vbase.scatter_(2, base_idx[:, None, :].expand(b, a, t1), bits[None].expand(b, a, t1).float())
-    vbase = vbase[:, :, :m]
-    bi, ji = cand.nonzero(as_tuple=True)
-    n_rows = len(bi) * a * 2
-    flips = torch.zeros(b, a, m, 2, dtype=torch.bool, device=dev)
-    per_call = batch_step(1, state_row_bytes(st), chunk_mb)
-    for r0 in range(0, n_rows, per_call):
-        r = torch.arange(r0, min(n_rows, r0 + per_call), device=dev)
-        c, rem = r // (2 * a), r % (2 * a)
-        aa, vv = rem // 2, rem % 2
-        bb, jj = bi[c], ji[c]
-        vals = vbase[bb, aa]
-        vals[torch.arange(len(r), device=dev), jj] = vv.float()
-        mask = chosen[bb]
-        mask[torch.arange(len(r), device=dev), jj] = True
-        new = model.intervene(st.index(bb), mask, vals.to(st.probs.dtype))
-        flips[bb, aa, jj, vv] = model.predict(new).argmax(1) != yhat[bb]
-    return (weights * flips).sum((1, 3))
+    # generic: pairs (j, assignment of the base, value of j) per example, through the model's pair_logits
+    members = torch.cat([base_idx.masked_fill(base_idx == m, 0)[:, None, None, :].expand(b, m, a, t1),
+                         torch.arange(m, device=dev)[None, :, None, None].expand(b, m, a, 1)], dim=3)  # fmt: skip
+    bits_j = torch.cat([bits[None, None].expand(b, m, a, t1), torch.zeros(b, m, a, 1, dtype=torch.long, device=dev)], 3)
+    members = members[:, :, :, None].expand(b, m, a, 2, t1 + 1).reshape(b, -1, t1 + 1)  # [B, m*A*2, t]
+    vbits = bits_j[:, :, :, None].expand(b, m, a, 2, t1 + 1).clone()
+    vbits[..., -1] = torch.arange(2, device=dev)
+    flips = pair_flips(model, st, yhat, members, vbits.reshape(b, -1, t1 + 1), chunk_mb).view(b, m, a, 2)
+    return (weights * flips.transpose(1, 2)).sum((1, 3))
+
+
+def pair_flips(model, st: ConceptState, yhat: Tensor, members: Tensor, bits: Tensor, chunk_mb: float) -> Tensor:
+    """``[B, P]`` bool: does setting concepts ``members [B, P, s]`` to ``bits [B, P, s]`` (on top of
+    ``st``) change each example's prediction? Chunked over examples through ``model.pair_logits``."""
+    b, p, _ = members.shape
+    m = st.n_concepts
+    row_bytes = (model.pair_bytes(st) or state_row_bytes(st)) + 2 * m
+    bc = max(1, batch_step(p, row_bytes, chunk_mb))
+    out = torch.empty(b, p, dtype=torch.bool, device=members.device)
+    for e0 in range(0, b, bc):
+        rows = slice(e0, e0 + bc)
+        mem, bit = members[rows], bits[rows]
+        n = mem.shape[0]
+        mask = torch.zeros(n, p, m, dtype=torch.bool, device=mem.device).scatter_(2, mem, True)
+        values = torch.zeros(n, p, m, device=mem.device).scatter_(2, mem, bit.float())
+        logits = model.pair_logits(st.index(rows), PairBlock(mask, values, mem, bit))
+        out[rows] = logits.argmax(-1) != yhat[rows, None]
+    return out
 
 
 def _greedy_sampled(model, st, lin, yhat, samples, base_idx, chosen, cand, chunk_mb) -> Tensor:
@@ -156,16 +165,9 @@ def _greedy_sampled(model, st, lin, yhat, samples, base_idx, chosen, cand, chunk
             flips = lin.flips(lin.base[sl][:, None, None, :], delta, yhat[sl][:, None, None])
             out[sl] = flips.float().mean(1)
         return out
-    bi, ji = cand.nonzero(as_tuple=True)
-    n_rows = len(bi) * n
-    flips = torch.zeros(b, n, m, dtype=torch.bool, device=dev)
-    per_call = batch_step(1, state_row_bytes(st), chunk_mb)
-    for r0 in range(0, n_rows, per_call):
-        r = torch.arange(r0, min(n_rows, r0 + per_call), device=dev)
-        c, nn_ = r // n, r % n
-        bb, jj = bi[c], ji[c]
-        mask = chosen[bb]
-        mask[torch.arange(len(r), device=dev), jj] = True
-        new = model.intervene(st.index(bb), mask, samples[bb, nn_].to(st.probs.dtype))
-        flips[bb, nn_, jj] = model.predict(new).argmax(1) != yhat[bb]
-    return flips.float().mean(1)
+    # generic: pairs (j, sample) per example, through the model's pair_logits
+    members = torch.cat([base_idx.masked_fill(base_idx == m, 0)[:, None, None, :].expand(b, m, n, t1),
+                         torch.arange(m, device=dev)[None, :, None, None].expand(b, m, n, 1)], dim=3)  # fmt: skip
+    bits = sx[:, None].expand(b, m, n, m + 1).gather(3, members)  # the sample's values of S + {j}
+    flips = pair_flips(model, st, yhat, members.reshape(b, -1, t1 + 1), bits.reshape(b, -1, t1 + 1), chunk_mb)
+    return flips.view(b, m, n).float().mean(2)
