@@ -48,6 +48,7 @@ CSV_COLUMNS = [
     "aurc",
     "eaurc",
     "meets_target",
+    "note",
 ]
 #: Most points stored per risk–coverage curve in automation.json.
 MAX_CURVE_POINTS = 500
@@ -74,6 +75,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
     from cbm.selective.automation import calibrate_model, run_automation
+    from cbm.selective.calibration import TargetUnreachable
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
     ks = resolve_ks(cfg.ks, model.n_concepts)
@@ -92,9 +94,14 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     def make_policy():  # a fresh, identically seeded policy per budget k
         return registry.build("policy", pname, psettings, ctx) if needs_humans else None
 
-    calib, cal_scored = calibrate_model(
-        model, dm.loader("calib"), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score
-    )
+    try:
+        calib, cal_scored = calibrate_model(
+            model, dm.loader("calib"), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score
+        )
+    except TargetUnreachable as err:  # a result ("cannot reach the target"), not bad input: n/a rows
+        log.warning("calibration failed: %s", err)
+        return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy":
+                       cfg.target_accuracy, "delta": cfg.delta}, [not_available(k, str(err)) for k in ks], {})  # fmt: skip
     outcomes = run_automation(
         model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs
     )
@@ -108,6 +115,15 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
     curves = {"calib (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
+    return _report(model, cfg, costs, cal_dict, results, curves)
+
+
+def not_available(k: int, reason: str) -> dict[str, Any]:
+    """A per-k row of a run whose calibration failed: every figure ``None``, the reason kept."""
+    return {**dict.fromkeys(CSV_COLUMNS), "k": k, "meets_target": False, "status": "n/a", "note": reason}
+
+
+def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list, curves: dict) -> dict[str, Any]:
     info = model.info
     return {
         "checkpoint": cfg.checkpoint,
@@ -116,7 +132,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
         "n_concepts": model.n_concepts,
         "concept_costs": None if costs is None else dict(zip(info.concept_names, costs.tolist())),
         "config": as_dict(cfg),
-        "calibration": cal_dict,
+        "calibration": calibration,
         "results": results,
         "curves": curves,
     }
@@ -135,6 +151,10 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.2f}"
 
 
+def _signed(v: float | None, fmt: str = "+.4f") -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
 def results_table(report: dict[str, Any]) -> str:
     """Markdown table of the per-k results (percentages; NWA as a signed fraction)."""
     rows = [
@@ -145,9 +165,9 @@ def results_table(report: dict[str, Any]) -> str:
             "rescued %": _pct(r["rescued"]),
             "deferred %": _pct(r["deferred"]),
             "sel. acc %": _pct(r["selective_acc"]),
-            "NWA": f"{r['nwa']:+.4f}",
-            "NWA (cost)": f"{r['nwa_cost']:+.4f}",
-            "AURC": f"{r['aurc']:.4f}",
+            "NWA": _signed(r["nwa"]),
+            "NWA (cost)": _signed(r["nwa_cost"]),
+            "AURC": _signed(r["aurc"], ".4f"),
         }
         for r in report["results"]
     ]
@@ -156,6 +176,8 @@ def results_table(report: dict[str, Any]) -> str:
 
 def calibration_line(report: dict[str, Any]) -> str:
     c = report["calibration"]
+    if "failed" in c:
+        return f"no threshold (every k n/a): {c['failed']}"
     guarantee = (
         f"true selective accuracy >= {c['bound']:.2%} with probability >= {1 - c['delta']:.0%}"
         if c["guaranteed"]
@@ -173,6 +195,8 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
 
     write_json_atomic(out_dir / "automation.json", report)
     write_csv_atomic(out_dir / "automation.csv", report["results"], CSV_COLUMNS)
+    if "failed" in report["calibration"]:
+        return  # nothing to draw
     curves = {
         name: (np.asarray(c["coverage"]), np.asarray(c["risk"])) for name, c in report["curves"].items()
     }

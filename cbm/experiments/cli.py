@@ -150,6 +150,8 @@ def help_text(prog: str, config_name: str, summary: str, examples: list[str]) ->
     lines = [f"usage: {prog} [key=value ...] [group=option ...] [-m/--multirun]", "", summary, "", "config groups:"]
     for group in config_groups(config_name):
         lines.append(f"  {group:<11} {', '.join(group_options(group))}")
+    if (Path(CONF_DIR) / config_name).is_dir():  # presets of the app itself, added with +<name>=
+        lines.append(f"  +{config_name:<10} {', '.join(group_options(config_name))}")
     settings = [f"{k}={OmegaConf.to_container(cfg, resolve=False).get(k)!r}" for k in cfg if k not in ("defaults", "hydra")]
     lines += ["", "settings (defaults): " + "  ".join(settings), "", "examples:"]
     lines += [f"  {prog} {e}" for e in examples]

@@ -1,7 +1,10 @@
-"""Collect ``metrics.json`` files of runs into one results table.
+"""Reports: the table of a sweep of ``cbm-train`` runs, or the whole report of an experiment.
 
-Used as a Hydra callback (``on_multirun_end`` prints the sweep's table and writes
-``results.md`` / ``results.json`` into the sweep directory) and as ``cbm-report DIR``.
+``cbm-report DIR`` on a ``cbm-experiment`` directory writes ``report.md`` (training,
+interventions with Gain, automation with NWA; the paper's numbers beside ours), one CSV per table,
+``report.json`` and ``figures/``; on any other directory it collects the ``metrics.json`` of every
+run below into ``results.md`` / ``results.json``, with a column for every setting the runs differ
+in. Also a Hydra callback: ``on_multirun_end`` prints the sweep's table.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cbm.experiments.common import fail, one_line, write_json_atomic, write_text_atomic
+from cbm.experiments.common import fail, markdown_table, one_line, say, write_json_atomic, write_text_atomic
+from cbm.experiments.tables import (
+    automation_rows,
+    intervention_rows,
+    read_json,
+    render,
+    run_config,
+    training_rows,
+)
+from synthetic.atomic import ensure_dir, write_csv_atomic
 
 
 def read_metrics(path: Path) -> dict[str, Any] | str:
@@ -47,6 +59,7 @@ def collect(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
         if isinstance(m, str):
             skipped.append(f"{path}: {m}")
         else:
+            m["_config"] = run_config(path.parent)
             runs.append(m)
     order = {"blackbox": 0, "cbm": 1, "cem": 2, "probcbm": 3, "ecbm": 4}
     return sorted(runs, key=lambda r: (r.get("dataset", ""), order.get(r.get("model"), 9), r.get("seed", 0))), skipped
@@ -54,19 +67,117 @@ def collect(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 def write_report(root: str | Path) -> str:
     """The table of every run under ``root``, also written to ``results.md`` / ``results.json``
-    there; files that are not a run's are named on stderr."""
-    from cbm.experiments.train import results_table
-
+    there; files that are not a run's are named on stderr. An experiment directory gets its
+    whole report (:func:`write_experiment_report`)."""
+    if (Path(root) / "experiment.json").is_file():
+        return write_experiment_report(root)
     runs, skipped = collect(root)
     if not runs:
         why = f" ({len(skipped)} skipped, e.g. {skipped[0]})" if skipped else ""
         raise FileNotFoundError(f"no usable metrics.json under {root}{why}")
     for note in skipped:
         print(f"cbm-report: skipping {note}", file=sys.stderr)
-    table = results_table(runs)
+    rows, cols = training_rows(runs)
+    table = markdown_table(rows, cols)
     write_text_atomic(Path(root) / "results.md", table + "\n")
-    write_json_atomic(Path(root) / "results.json", runs)
+    write_json_atomic(Path(root) / "results.json", [{k: v for k, v in r.items() if k != "_config"} for r in runs])
     return table
+
+
+def _cells(root: Path, manifest: dict[str, Any], stage: str, result: str) -> list[dict[str, Any]]:
+    """The finished cells of one stage, each with its result file as ``_results`` (cell
+    directories are relative to the experiment's, so a moved experiment still reports)."""
+    out = []
+    for cell in manifest.get("cells", []):
+        if cell.get("stage") == stage and cell.get("status") == "done":
+            res = read_json(root / cell["dir"] / result)
+            if isinstance(res, dict):
+                out.append({**cell, "dir": str(root / cell["dir"]), "_results": res})
+    return out
+
+
+def time_table(root: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Where the wall time went: per stage, and inside training (data, fit, test, oracle table)."""
+    totals: dict[str, float] = {}
+    for cell in manifest.get("cells", []):
+        if cell.get("seconds"):
+            totals[cell["stage"]] = totals.get(cell["stage"], 0.0) + cell["seconds"]
+            if cell["stage"] == "train":
+                t = read_json(root / cell["dir"] / "timing.json") or {}
+                for k in ("data_s", "fit_s", "test_s", "interventions_s"):
+                    if isinstance(t.get(k), int | float):
+                        totals[f"  train: {k[:-2]}"] = totals.get(f"  train: {k[:-2]}", 0.0) + t[k]
+    rows = [{"part": k, "seconds": f"{v:.1f}"} for k, v in totals.items()]
+    return rows, ["part", "seconds"]
+
+
+def write_experiment_report(root: str | Path) -> str:
+    """report.md / report.json / one CSV per table / figures/ of a cbm-experiment directory; the
+    markdown text."""
+    from cbm.experiments import figures
+
+    root = Path(root)
+    manifest = read_json(root / "experiment.json")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
+        raise FileNotFoundError(f"{root / 'experiment.json'} is not a cbm-experiment manifest")
+    cfg = manifest.get("config", {})
+    paper = cfg.get("paper") or {}
+    runs = []
+    for cell in _cells(root, manifest, "train", "metrics.json"):
+        m = cell["_results"]
+        m["_config"], m["_setting"] = run_config(Path(cell["dir"])), cell["setting"]
+        runs.append(m)
+    inter = _cells(root, manifest, "intervene", "results.json")
+    auto = _cells(root, manifest, "automate", "automation.json")
+    tables = {"training": training_rows(runs) if runs else ([], []),
+              "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper)}  # fmt: skip
+    cells = manifest["cells"]
+    unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]
+    head = [f"# {manifest.get('name', root.name)}", "", manifest.get("description", ""), "",
+            f"{sum(c['status'] == 'done' for c in cells)} of {len(cells)} cells finished"
+            + (f"; wall time of the last invocation {manifest['wall_s']:.0f} s" if manifest.get("wall_s") else "") + "."]  # fmt: skip
+    parts = ["\n".join(head) + "\n"]
+    for name, (rows, cols) in tables.items():
+        if rows:
+            parts.append(render(name.capitalize(), rows, cols))
+            write_csv_atomic(root / f"{name}.csv", rows, cols)
+    if unfinished:
+        parts.append(render("Cells not finished", unfinished, ["cell", "status", "why"]))
+    parts.append(render("Where the time went", *time_table(root, manifest)))
+    settings = list(dict.fromkeys(c["setting"] for c in cells))
+    figs = ensure_dir(root / "figures")
+    drawn = [figures.accuracy_vs_k(inter, s, figs / f"accuracy_vs_k_{s}.png") for s in settings]
+    drawn += [figures.automation_figure(auto, s, figs / f"automation_{s}.png") for s in settings]
+    drawn.append(figures.gain_vs_setting(inter, settings, figs / "gain_vs_setting.png"))
+    drawn_paths = [p for p in drawn if p is not None]
+    if drawn_paths:
+        parts.append("## Figures\n\n" + "\n".join(f"![{p.stem}](figures/{p.name})" for p in drawn_paths) + "\n")
+    text = "\n".join(parts)
+    write_text_atomic(root / "report.md", text)
+    write_json_atomic(root / "report.json", {name: rows for name, (rows, _) in tables.items()} | {"unfinished": unfinished})
+    if cfg.get("wandb"):
+        log_to_wandb(manifest, tables, drawn_paths)
+    return text
+
+
+def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path]) -> None:
+    """One W&B run in the experiment's group: each table as a ``wandb.Table``, figures as images
+    (offline unless ``WANDB_MODE`` says otherwise)."""
+    import os
+
+    import wandb
+
+    os.environ.setdefault("WANDB_MODE", "offline")
+    run = wandb.init(project="cbm", group=manifest.get("name"), job_type="report", name=f"{manifest.get('name')}-report",
+                     dir=str(Path(manifest["config"]["output_dir"])), config=manifest.get("config"), reinit=True)  # fmt: skip
+    try:
+        for name, (rows, cols) in tables.items():
+            if rows:
+                run.log({name: wandb.Table(columns=cols, data=[[str(r.get(c, "")) for c in cols] for r in rows])})
+        run.log({p.stem: wandb.Image(str(p)) for p in images})
+    finally:
+        run.finish()
+    say(f"W&B: logged the report to group '{manifest.get('name')}' ({os.environ['WANDB_MODE']})")
 
 
 class ReportCallback(Callback):
@@ -80,13 +191,14 @@ class ReportCallback(Callback):
             print(f"cbm-report: {err}", file=sys.stderr)
 
 
-USAGE = "usage: cbm-report RUN_OR_SWEEP_DIR"
+USAGE = "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR"
 
 
 def main() -> None:
     if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
-        print(f"{USAGE}\n\nCollect the metrics.json of every cbm-train run under the directory into one table;\n"
-              "writes results.md and results.json there.")
+        print(f"{USAGE}\n\nA cbm-experiment directory: its report (report.md, one CSV per table, report.json,\n"
+              "figures/). Any other directory: the metrics.json of every cbm-train run below it in one table,\n"
+              "a column for every setting the runs differ in; writes results.md and results.json there.")
         return
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         fail("cbm-report", USAGE)

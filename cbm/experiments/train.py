@@ -157,7 +157,9 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         clean_orphans(run_dir / "checkpoints")  # temp files of a checkpoint write the kill interrupted
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
 
+    start = time.perf_counter()
     data = load_data(data_cfg, train_cfg.cache_dir)
+    data_s = time.perf_counter() - start
     t = train_cfg.trainer
     dm = SyntheticDataModule(
         lambda: data, train_cfg.batch_size, train_cfg.eval_batch_size, seed=train_cfg.seed, device_resident=t.data_on_device
@@ -172,7 +174,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     if zero and not resume:  # the work starts: from here on the directory holds this run
         ensure_dir(run_dir)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    timing: dict[str, float] = {}
+    timing: dict[str, float] = {"data_s": data_s}
     try:
         start = time.perf_counter()
         trainer.fit(model, datamodule=dm, ckpt_path=str(last) if resume else None, weights_only=True)

@@ -47,6 +47,10 @@ class CalibrationError(ValueError):
     """No usable threshold (empty calibration split, target out of reach ...)."""
 
 
+class TargetUnreachable(CalibrationError):
+    """The calibration data are fine but no threshold reaches the target: a result, not bad input."""
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The chosen threshold and what it achieved on the calibration split.
@@ -179,7 +183,7 @@ def ltt_grid(n_linear: int = 1000) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- methods
-def _no_threshold(method: str, target: float, delta: float, n: int, best: str) -> CalibrationError:
+def _no_threshold(method: str, target: float, delta: float, n: int, best: str) -> TargetUnreachable:
     if method == "empirical":
         how = "lower target_accuracy or improve the model"
         conf = ""
@@ -189,7 +193,7 @@ def _no_threshold(method: str, target: float, delta: float, n: int, best: str) -
         if need is not None:
             how += f" (at least {need} accepted examples are needed even with no errors)"
         conf = f" with confidence {1 - delta:.0%}"
-    return CalibrationError(
+    return TargetUnreachable(
         f"{method} calibration: no threshold reaches selective accuracy {target:.2%}{conf} on the "
         f"{n} calibration examples ({best}); {how}"
     )

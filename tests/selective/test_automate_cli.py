@@ -164,3 +164,19 @@ def test_empty_calibration_split_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError) as err:
         automate(toy_model(), SyntheticDataModule(lambda: data, 64, 128), cfg)
     assert str(err.value).startswith("calibration split is empty: cannot calibrate the abstention threshold")
+
+
+def test_failed_calibration_gives_na_rows_not_an_abort(tmp_path):
+    """A target no threshold can reach is a result: every k is n/a with the reason, the files are
+    written (no plot) and the table says n/a; a sweep over models goes on."""
+    report = run_toy(tmp_path, method="ltt", target_accuracy=1.0, delta=0.01)
+    cal = report["calibration"]
+    assert cal["failed"].startswith("ltt calibration: no threshold reaches selective accuracy 100.00%")
+    assert [r["k"] for r in report["results"]] == [0, 1, 3]
+    for r in report["results"]:
+        assert r["status"] == "n/a" and r["note"] == cal["failed"] and r["nwa"] is None and r["coverage"] is None
+    write_outputs(report, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "automation.csv").open()))
+    assert [r["nwa"] for r in rows] == ["", "", ""] and rows[0]["note"] == cal["failed"]
+    assert not (tmp_path / "risk_coverage.png").exists()
+    assert results_table(report).splitlines()[2] == "| 0 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"

@@ -1,0 +1,132 @@
+"""Typed schema of ``conf/experiment.yaml`` (``cbm-experiment``); torch-free.
+
+An experiment is a grid of training cells (data setting x architecture x seed), each a
+``cbm-train`` run given by command-line overrides, followed by analysis cells on every trained
+concept model (``cbm-intervene`` and/or ``cbm-automate``), then one report. Presets live in
+``conf/experiment/`` and are selected with ``cbm-experiment +experiment=<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cbm.config.names import CALIBRATION_METHODS
+from cbm.config.validate import ConfigError, check_budgets, to_dataclass
+
+#: Setting and model names become directory names.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class InterveneStage:
+    """The ``cbm-intervene`` run on every concept model (black box paired for Gain)."""
+
+    intervener: list[str] = field(default_factory=lambda: ["oracle", "expert", "llm"])
+    policy: list[str] = field(default_factory=lambda: ["random", "uncertainty", "responsiveness"])
+    ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
+    #: Further cbm-intervene overrides, e.g. ``intervener.expert.accuracy=0.8``.
+    overrides: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_budgets(self.ks, "intervene.ks")
+        if not self.intervener or not self.policy:
+            raise ValueError("intervene: needs at least one intervener and one policy")
+
+
+@dataclass
+class AutomateStage:
+    """The ``cbm-automate`` run on every model (the black box at k = 0)."""
+
+    target_accuracy: float = 0.95
+    ks: list[Any] = field(default_factory=lambda: [0, 3, "max"])
+    policy: str = "random"
+    intervener: str = "oracle"
+    method: str = "ltt"
+    #: Further cbm-automate overrides, e.g. ``delta=0.05``.
+    overrides: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_budgets(self.ks, "automate.ks")
+        if not 0.0 < self.target_accuracy <= 1.0:
+            raise ValueError(f"automate.target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        if self.method not in CALIBRATION_METHODS:
+            raise ValueError(f"automate.method must be one of {CALIBRATION_METHODS}, got '{self.method}'")
+
+
+@dataclass
+class Select:
+    """Run only these entries of ``settings`` / ``models`` (``None``: all); a smoke preset narrows
+    its full preset this way, and ``select.models=[blackbox,cbm]`` does on the command line."""
+
+    settings: list[str] | None = None
+    models: list[str] | None = None
+
+
+@dataclass
+class ExperimentConfig:
+    """Typed schema of ``conf/experiment.yaml`` merged with a preset."""
+
+    name: str = ""
+    description: str = ""
+    #: Where every cell's run lives; stable per experiment, so a rerun skips finished cells.
+    output_dir: str = "experiments"
+    cache_dir: str | None = ".cache/cbm"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    #: Training cells run side by side (each gets cores // jobs threads).
+    jobs: int = 1
+    #: cbm-train overrides every training cell gets (e.g. ``trainer.max_epochs=10``).
+    train: list[str] = field(default_factory=list)
+    #: Data settings: name -> cbm-train overrides (``data=robot_paper``, ``data.concept_noise=0.2``).
+    settings: dict[str, list[str]] = field(default_factory=dict)
+    #: Architectures: name -> cbm-train overrides (``model=cem``, ``model.training=joint``).
+    models: dict[str, list[str]] = field(default_factory=dict)
+    #: The entry of ``models`` that is the black box, trained once per setting and seed and paired
+    #: with every concept model of that setting and seed for Gain (``null``: none).
+    blackbox: str | None = "blackbox"
+    select: Select = field(default_factory=Select)
+    intervene: InterveneStage | None = None
+    automate: AutomateStage | None = None
+    #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``.
+    paper: dict[str, Any] = field(default_factory=dict)
+    #: Also log the report to Weights & Biases (offline unless WANDB_MODE says otherwise).
+    wandb: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("no experiment chosen: cbm-experiment +experiment=<name> (see conf/experiment/)")
+        for where, names in (("settings", self.settings), ("models", self.models)):
+            if not names:
+                raise ValueError(f"{where}: the experiment needs at least one entry")
+            for n in names:
+                if not NAME.match(str(n)):
+                    raise ValueError(f"{where}: '{n}' is not usable as a directory name (letters, digits, _ . -)")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ValueError(f"seeds must be distinct integers >= 0, got {self.seeds}")
+        if self.jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {self.jobs}")
+        for where, chosen, have in (("settings", self.select.settings, self.settings), ("models", self.select.models, self.models)):
+            unknown = sorted(set(chosen or []) - set(have))
+            if unknown:
+                raise ValueError(f"select.{where}: unknown {unknown} (the preset has {list(have)})")
+        if self.select.settings is not None:
+            self.settings = {k: v for k, v in self.settings.items() if k in self.select.settings}
+        if self.select.models is not None:
+            self.models = {k: v for k, v in self.models.items() if k in self.select.models}
+        if not self.settings or not self.models:
+            raise ValueError("select: nothing left to run")
+        if self.blackbox is not None and self.blackbox not in self.models:
+            self.blackbox = None  # not run here: no Gain column
+
+
+def validate(cfg: DictConfig | dict) -> ExperimentConfig:
+    """Typed config; raises ConfigError with one clear line."""
+    raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    assert isinstance(raw, dict)
+    raw.pop("hydra", None)
+    if not raw.get("name"):
+        raise ConfigError("no experiment chosen: cbm-experiment +experiment=<name> (see conf/experiment/)")
+    return to_dataclass(ExperimentConfig, raw, "experiment")

@@ -1,0 +1,191 @@
+"""``cbm-experiment``: one command per table.
+
+Trains every cell of a preset (data setting x architecture x seed; the black box once per setting
+and seed), runs ``cbm-intervene`` / ``cbm-automate`` on every trained model (the black box paired
+for Gain), then writes the report (``cbm-report``'s tables and figures) into the experiment
+directory. Each cell is a run of the existing command in its own process, in
+``<output_dir>/<setting>/<model>/seed<k>/<stage>``; a rerun skips finished cells and resumes killed
+trainings, a failed cell is recorded and the rest go on.
+
+    cbm-experiment +experiment=robot_decision_support
+    cbm-experiment +experiment=sudoku_automation jobs=2
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from cbm.config import ConfigError
+from cbm.config.experiment import ExperimentConfig
+from cbm.config.experiment import validate as validate_schema
+from cbm.experiments.cli import hydra_app
+from cbm.experiments.common import say, write_json_atomic
+from cbm.experiments.plan import STAGES, Cell, plan
+from synthetic.atomic import ensure_dir
+
+#: Name of the experiment's manifest (cells, their status and wall times) in its directory.
+MANIFEST = "experiment.json"
+
+
+def validate(cfg: DictConfig | dict) -> ExperimentConfig:
+    """The typed experiment config, and every cell's config composed and validated by its own
+    command's schema (each distinct one once), so a typo in a preset fails before any training."""
+    from cbm.experiments import automate, intervene, train
+    from cbm.experiments.cli import compose_plain, explain
+
+    c = validate_schema(cfg)
+    seen: set[tuple[str, ...]] = set()
+    checks = {"train": lambda j: train.validate(j), "intervene": lambda j: intervene.validate(j, check_paths=False),
+              "automate": lambda j: automate.validate(j, check_paths=False)}  # fmt: skip
+    for cell in plan(c):
+        over = tuple(o for o in cell.overrides if not o.startswith(("hydra.run.dir=", "seed=", "blackbox=")))
+        over = tuple("checkpoint=RUN_DIR" if o.startswith("checkpoint=") else o for o in over)
+        if (cell.stage, *over) in seen:
+            continue
+        seen.add((cell.stage, *over))
+        try:
+            job = compose_plain(cell.stage, list(over))
+        except Exception as err:  # Hydra's composition errors
+            raise ConfigError(f"{cell.setting}/{cell.model} ({cell.stage}): {explain(err, list(over), cell.stage)}") from None
+        job = OmegaConf.masked_copy(job, [k for k in job if k != "hydra"])
+        try:
+            checks[cell.stage](job)
+        except ValueError as err:
+            raise ConfigError(f"{cell.setting}/{cell.model} ({cell.stage}): {err}") from None
+    return c
+
+
+def command(cell: Cell) -> list[str]:
+    """The process a cell runs (a killed training resumes from its last checkpoint)."""
+    module = STAGES[cell.stage][0]
+    if cell.stage == "train" and cell.state() == "resume":
+        return [sys.executable, "-m", module, f"resume={cell.dir}"]
+    return [sys.executable, "-m", module, *cell.overrides]
+
+
+def run_cell(cell: Cell, threads: int, root: Path) -> dict[str, Any]:
+    """Run one cell to completion; its status, wall time and (on failure) the error line. The
+    record names the cell's directory relative to the experiment's (the report reads it there)."""
+    record: dict[str, Any] = {"key": cell.key, "stage": cell.stage, "setting": cell.setting, "model": cell.model,
+                              "seed": cell.seed, "dir": str(cell.dir.relative_to(root)), "skipped": cell.skipped}  # fmt: skip
+    state = cell.state()
+    if state == "done":
+        return {**record, "status": "done", "seconds": None, "note": "finished earlier"}
+    blocked = [n.key for n in cell.needs if not n.result.is_file()]
+    if blocked:
+        return {**record, "status": "blocked", "seconds": None, "note": f"needs {', '.join(blocked)}"}
+    cmd = command(cell)
+    ensure_dir(cell.dir)
+    write_json_atomic(cell.dir / "cell.json", {"fingerprint": cell.fingerprint(), "stage": cell.stage, "overrides": cell.overrides})
+    env = {**os.environ, "CBM_NO_PRECHECK": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    start = time.perf_counter()
+    with open(cell.dir / "output.txt", "w") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+    seconds = round(time.perf_counter() - start, 2)
+    if proc.returncode == 0 and cell.result.is_file():
+        return {**record, "status": "done", "seconds": seconds, "note": "resumed" if state == "resume" else ""}
+    lines = [ln.strip() for ln in (cell.dir / "output.txt").read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ": error: " in ln or "Error" in ln]
+    why = (errors or lines or [f"exit code {proc.returncode}"])[-1]
+    return {**record, "status": "failed", "seconds": seconds, "note": why[:300]}
+
+
+def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save) -> None:
+    """Run the cells, trainings first, ``jobs`` at a time; ``log`` gets each cell's record."""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    total = len(cells)
+    done = 0
+
+    def one(cell: Cell) -> None:
+        nonlocal done
+        rec = run_cell(cell, threads, root)
+        log[cell.key] = rec
+        done += 1
+        took = f" in {rec['seconds']:.1f} s" if rec["seconds"] is not None else ""
+        note = f" ({rec['note']})" if rec["note"] else ""
+        say(f"[{done:>{len(str(total))}}/{total}] {cell.stage:<9} {cell.setting}/{cell.model} seed {cell.seed}: {rec['status']}{took}{note}")
+        save()
+
+    for stage in ("train", "intervene", "automate"):
+        batch = [c for c in cells if c.stage == stage]
+        if jobs == 1:
+            for c in batch:
+                one(c)
+        else:
+            with ThreadPoolExecutor(max_workers=jobs) as pool:
+                list(pool.map(one, batch))
+
+
+def run(cfg: DictConfig | dict) -> dict[str, Any]:
+    """Run (or resume) the experiment and write its report; the manifest."""
+    from cbm.experiments.report import write_experiment_report
+
+    c = cfg if isinstance(cfg, ExperimentConfig) else validate_schema(cfg)
+    root = ensure_dir(c.output_dir)
+    cells = plan(c)
+    changed = [cell.key for cell in cells if cell.state() == "changed"]
+    if changed:
+        raise ValueError(f"{len(changed)} cell(s) in {root} were run with other settings (e.g. {changed[0]}): "
+                         "delete them or choose another output_dir")  # fmt: skip
+    todo = sum(cell.state() != "done" for cell in cells)
+    say(f"experiment {c.name}: {len(cells)} cells ({todo} to run, {len(cells) - todo} finished) in {root}")
+    log: dict[str, dict[str, Any]] = {}
+    manifest: dict[str, Any] = {"name": c.name, "description": c.description,
+                                "config": OmegaConf.to_container(OmegaConf.structured(c)), "cells": []}  # fmt: skip
+
+    def save() -> None:
+        manifest["cells"] = [log[cell.key] for cell in cells if cell.key in log]
+        write_json_atomic(root / MANIFEST, manifest)
+
+    start = time.perf_counter()
+    execute(cells, c.jobs, Path(c.output_dir), log, save)
+    manifest["wall_s"] = round(time.perf_counter() - start, 1)
+    save()
+    table = write_experiment_report(root)
+    say(table)
+    failed = [r for r in manifest["cells"] if r["status"] in ("failed", "blocked")]
+    if failed:
+        say(f"{len(failed)} cell(s) did not finish, e.g. {failed[0]['key']}: {failed[0]['note']} "
+            f"(rerun the same command to retry them; finished cells are kept)")  # fmt: skip
+        sys.exit(1)
+    return manifest
+
+
+main = hydra_app(
+    "cbm-experiment",
+    "experiment",
+    run,
+    validate,
+    "Run a whole table: train every cell of a preset (conf/experiment/), intervene / automate on every\n"
+    "trained model with the black box paired for Gain, then write the report; reruns skip finished cells.",
+    [
+        "+experiment=robot_decision_support",
+        "+experiment=sudoku_automation jobs=2",
+        "+experiment=concept_noise_smoke output_dir=/tmp/noise",
+        "+experiment=robot_decision_support 'seeds=[0,1,2]' 'train=[trainer.max_epochs=20]'",
+    ],
+)
+
+
+def load_manifest(root: str | Path) -> dict[str, Any] | None:
+    """The manifest of an experiment directory (``None`` if it is not one)."""
+    p = Path(root) / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+if __name__ == "__main__":
+    main()

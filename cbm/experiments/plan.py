@@ -1,0 +1,127 @@
+"""The cells of an experiment: which command each runs, with which overrides, in which directory.
+
+A cell is one run of an existing command (``cbm-train``, ``cbm-intervene``, ``cbm-automate``) in
+``<output_dir>/<setting>/<model>/seed<k>/<stage>``; the directory says which experiment and cell it
+holds. A cell is finished when its result file exists and was made with the same overrides
+(``cell.json``), so rerunning an experiment skips finished cells and resumes killed trainings.
+Torch-free: planning and checking a whole experiment costs no import of torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from cbm.config.experiment import ExperimentConfig
+
+#: Stage -> (module run as ``python -m``, the file a finished run leaves).
+STAGES = {
+    "train": ("cbm.experiments.train", "metrics.json"),
+    "intervene": ("cbm.experiments.intervene", "results.json"),
+    "automate": ("cbm.experiments.automate", "automation.json"),
+}
+
+
+@dataclass
+class Cell:
+    """One run of the experiment."""
+
+    stage: str
+    setting: str
+    model: str
+    seed: int
+    dir: Path
+    overrides: list[str]
+    #: Cells whose results this one reads (its training; the paired black box).
+    needs: list[Cell] = field(default_factory=list)
+    #: Why parts of the requested grid are not run here (e.g. an LLM intervener without a client).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.setting}/{self.model}/seed{self.seed}/{self.stage}"
+
+    @property
+    def result(self) -> Path:
+        return self.dir / STAGES[self.stage][1]
+
+    def fingerprint(self) -> str:
+        """Hash of what defines the cell (its overrides without the paths that locate it)."""
+        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox="))]
+        return hashlib.sha256(json.dumps([self.stage, own]).encode()).hexdigest()[:16]
+
+    def state(self) -> str:
+        """``done`` | ``resume`` (a killed training with a checkpoint) | ``fresh`` | ``changed``."""
+        stamp = self.dir / "cell.json"
+        if stamp.is_file():
+            try:
+                same = json.loads(stamp.read_text()).get("fingerprint") == self.fingerprint()
+            except (OSError, json.JSONDecodeError):
+                same = False
+            if not same:
+                return "changed"
+        if self.result.is_file():
+            return "done"
+        if self.stage == "train" and (self.dir / "checkpoints" / "last.ckpt").is_file() and stamp.is_file():
+            return "resume"
+        return "fresh"
+
+
+def _listing(values: list) -> str:
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def llm_client(stage_overrides: list[str]) -> str | None:
+    """The LLM client the intervene stage's overrides configure (the shipped default has none)."""
+    for o in stage_overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+") == "intervener.llm.client" and value not in ("", "null"):
+            return value
+    default = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "intervener" / "llm.yaml")
+    return default.get("client")
+
+
+def plan(cfg: ExperimentConfig) -> list[Cell]:
+    """Every cell of the experiment in run order: all trainings, then the analyses."""
+    root = Path(cfg.output_dir)
+    cache = [f"cache_dir={cfg.cache_dir}"] if cfg.cache_dir is not None else ["cache_dir=null"]
+    cells: list[Cell] = []
+    train: dict[tuple[str, str, int], Cell] = {}
+    for setting, s_over in cfg.settings.items():
+        for model, m_over in cfg.models.items():
+            for seed in cfg.seeds:
+                d = root / setting / model / f"seed{seed}" / "train"
+                over = [*s_over, *m_over, *cfg.train, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
+                cell = Cell("train", setting, model, seed, d, over)
+                train[setting, model, seed] = cell
+                cells.append(cell)
+    for (setting, model, seed), tcell in train.items():
+        bb = train.get((setting, cfg.blackbox, seed)) if cfg.blackbox else None
+        is_bb = model == cfg.blackbox
+        base = root / setting / model / f"seed{seed}"
+        if cfg.intervene is not None and not is_bb:
+            st = cfg.intervene
+            interveners, skipped = list(st.intervener), {}
+            if "llm" in interveners and llm_client(st.overrides) is None:
+                interveners.remove("llm")
+                skipped["llm"] = "no LLM client configured (intervene.overrides: intervener.llm.client=<module:callable>)"
+            if interveners:
+                d = base / "intervene"
+                over = [f"checkpoint={tcell.dir}", f"intervener={_listing(interveners)}", f"policy={_listing(st.policy)}",
+                        f"ks={_listing(st.ks)}", f"seed={seed}", *cache, *st.overrides, f"hydra.run.dir={d}"]  # fmt: skip
+                if bb is not None:
+                    over.insert(1, f"blackbox={bb.dir / 'metrics.json'}")
+                cells.append(Cell("intervene", setting, model, seed, d, over, [tcell, *([bb] if bb else [])], skipped))
+        if cfg.automate is not None:
+            st = cfg.automate
+            ks = [0] if is_bb else st.ks
+            d = base / "automate"
+            over = [f"checkpoint={tcell.dir}", f"policy={st.policy}", f"intervener={st.intervener}", f"ks={_listing(ks)}",
+                    f"target_accuracy={st.target_accuracy}", f"method={st.method}", f"seed={seed}", *cache,
+                    *st.overrides, f"hydra.run.dir={d}"]  # fmt: skip
+            cells.append(Cell("automate", setting, model, seed, d, over, [tcell]))
+    return cells

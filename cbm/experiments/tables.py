@@ -1,0 +1,210 @@
+"""The tables of an experiment (``cbm-experiment``'s report) and of any sweep of ``cbm-train`` runs.
+
+Rows are read from the runs' own files (``metrics.json``, ``results.json``, ``automation.json``),
+averaged over seeds (mean ± std), with the swept settings as columns, Gain against the paired black
+box, the paper's numbers beside ours where the preset names them, and ``n/a`` rows (with the reason)
+for parts of the grid that could not run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from synthetic.tables import markdown_table
+
+#: Config keys that locate or label a run rather than define it (never a "swept setting").
+NOT_SETTINGS = ("output_dir", "cache_dir", "seed", "interventions", "eval_batch_size", "trainer.enable_progress_bar")
+ARCH_ORDER = {"blackbox": 0, "cbm": 1, "cem": 2, "probcbm": 3, "ecbm": 4}
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"data": {"blur": 1}}`` -> ``{"data.blur": 1}`` (lists as their JSON text)."""
+    if not isinstance(d, dict):
+        return {prefix: json.dumps(d) if isinstance(d, list) else d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def _varied(flat: list[dict[str, Any]]) -> list[str]:
+    keys = sorted({k for f in flat for k in f})
+    return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
+
+
+def swept_keys(configs: list[dict[str, Any]]) -> list[str]:
+    """The settings a sweep varied: data keys whose value differs between runs, other keys whose
+    value differs between runs of the same architecture (two architectures' own defaults are not
+    a swept setting)."""
+    flat = [flatten(c) for c in configs]
+    keys = [k for k in _varied(flat) if k.startswith("data.")]
+    by_arch: dict[Any, list[dict[str, Any]]] = {}
+    for f in flat:
+        by_arch.setdefault(f.get("model.name"), []).append(f)
+    for group in by_arch.values():
+        keys += [k for k in _varied(group) if not k.startswith("data.") and k not in keys]
+    return [k for k in sorted(keys) if not k.startswith(NOT_SETTINGS)]
+
+
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """The resolved config a cbm-train run stored (``{}`` when absent)."""
+    import yaml
+
+    try:
+        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def mean_std(values: Iterable[float | None], scale: float = 100.0, signed: bool = False) -> str:
+    """``"99.10 ± 0.20"`` over seeds (``"99.10"`` for one; ``"n/a"`` when none)."""
+    vals = [scale * v for v in values if v is not None]
+    if not vals:
+        return "n/a"
+    fmt = "+.2f" if signed else ".2f"
+    m = format(statistics.fmean(vals), fmt)
+    return m if len(vals) == 1 else f"{m} ± {statistics.stdev(vals):.2f}"
+
+
+def k_label(k: int, m: int) -> str:
+    return "max" if m and k == m else str(k)
+
+
+# ----------------------------------------------------------------------------- training
+def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per (setting, model) over seeds: swept settings, task / concept accuracy, oracle."""
+    swept = swept_keys([r["_config"] for r in runs])
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:
+        flat = flatten(r["_config"])
+        key = (r.get("_setting", ""), r["model"], *(json.dumps(flat.get(k)) for k in swept))
+        groups.setdefault(key, []).append(r)
+    def oracle(r: dict[str, Any]) -> dict[str, float]:  # budgets as labels: the largest is every concept
+        o = r.get("oracle_random", {})
+        top = max(o, key=int) if o else None
+        return {("max" if k == top and int(k) > 0 else k): v for k, v in o.items()}
+
+    ks = sorted({k for r in runs for k in oracle(r)}, key=lambda k: (k == "max", int(k) if k != "max" else 0))
+    rows = []
+    for key, rs in groups.items():
+        flat = flatten(rs[0]["_config"])
+        row: dict[str, Any] = {"setting": key[0]} if key[0] else {}
+        row["model"] = rs[0]["model"] + (f" ({rs[0]['training']})" if rs[0].get("training") and rs[0]["model"] != "blackbox" else "")
+        row.update({k: "" if flat.get(k) is None else str(flat.get(k)) for k in swept})
+        row["seeds"] = len(rs)
+        row["task acc"] = mean_std(r.get("test/task_acc") for r in rs)
+        row["concept acc"] = mean_std(r.get("test/concept_acc") for r in rs)
+        for k in ks:
+            row[f"oracle k={k}"] = mean_std(oracle(r).get(k) for r in rs)
+        rows.append(row)
+    cols = [c for c in rows[0]] if rows else []
+    for row in rows:
+        cols += [c for c in row if c not in cols]
+    return rows, cols
+
+
+# ----------------------------------------------------------------------------- interventions
+def intervention_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Wide rows: accuracy and Gain at every budget per (setting, model, intervener, policy)."""
+    acc: dict[tuple, dict[str, list[float]]] = {}
+    gain: dict[tuple, dict[str, list[float]]] = {}
+    bb: dict[str, dict[int, float]] = {}  # setting -> seed -> black-box accuracy
+    labels: list[str] = []
+    na: dict[tuple, str] = {}
+    for cell in cells:
+        res = cell["_results"]
+        m = len(res.get("meta", {}).get("concepts", []))
+        if res.get("blackbox_accuracy") is not None:
+            bb.setdefault(cell["setting"], {})[cell["seed"]] = res["blackbox_accuracy"]
+        for r in res["rows"]:
+            key = (cell["setting"], cell["model"], r["intervener"], r["policy"])
+            lab = k_label(r["k"], m)
+            if lab not in labels:
+                labels.append(lab)
+            acc.setdefault(key, {}).setdefault(lab, []).append(r["accuracy"])
+            if r.get("gain") is not None:
+                gain.setdefault(key, {}).setdefault(lab, []).append(r["gain"])
+        for name, why in (cell.get("skipped") or {}).items():
+            for pol in res.get("meta", {}).get("config", {}).get("policy", {}):
+                na[(cell["setting"], cell["model"], name, pol)] = why
+    labels.sort(key=lambda s: (s == "max", int(s) if s.isdigit() else 0))
+    paper_t = paper.get("interventions", {})
+    rows: list[dict[str, Any]] = []
+    for setting in dict.fromkeys(k[0] for k in [*acc, *na]):
+        if setting in bb:
+            row = {"setting": setting, "model": "blackbox", "intervener": "", "policy": "", **{f"acc k={k}": "" for k in labels}}
+            row["acc k=0"] = mean_std(bb[setting].values())
+            rows.append(_with_paper(row, paper_t.get(setting, {}).get("blackbox", {})))
+        keys = sorted([k for k in [*acc, *na] if k[0] == setting], key=lambda k: (ARCH_ORDER.get(k[1], 9), k[1], k[2], k[3]))
+        for key in dict.fromkeys(keys):
+            row = {"setting": setting, "model": key[1], "intervener": key[2], "policy": key[3]}
+            if key in na and key not in acc:
+                row.update({f"acc k={k}": "n/a" for k in labels})
+                row["note"] = na[key]
+            else:
+                row.update({f"acc k={k}": mean_std(acc[key].get(k, [])) for k in labels})
+                if key in gain:
+                    row.update({f"Gain k={k}": mean_std(gain[key].get(k, []), signed=True) for k in labels})
+            if key[2] == "oracle" and key[3] == "random":  # the paper's numbers are oracle interventions
+                row = _with_paper(row, paper_t.get(setting, {}).get(key[1], {}))
+            rows.append(row)
+    cols = ["setting", "model", "intervener", "policy", *[f"acc k={k}" for k in labels]]
+    if gain:
+        cols += [f"Gain k={k}" for k in labels]
+    cols += sorted({c for r in rows for c in r if c.startswith("paper ")}) + (["note"] if na else [])
+    return rows, cols
+
+
+def _with_paper(row: dict[str, Any], numbers: dict[str, Any]) -> dict[str, Any]:
+    for col, v in numbers.items():
+        row[f"paper {col}"] = f"{v:.1f}" if isinstance(v, int | float) else str(v)
+    return row
+
+
+# ----------------------------------------------------------------------------- automation
+def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per (setting, model, k): coverage before/after, selective accuracy, NWA."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    order: list[tuple] = []
+    for cell in cells:
+        rep = cell["_results"]
+        m = int(rep.get("n_concepts") or 0)
+        for r in rep["results"]:
+            key = (cell["setting"], cell["model"], k_label(r["k"], m))
+            if key not in groups:
+                order.append(key)
+            groups.setdefault(key, []).append(r)
+    paper_t = paper.get("automation", {})
+    rows = []
+    settings = list(dict.fromkeys(k[0] for k in order))
+    kpos = {lab: i for i, lab in enumerate(sorted({k[2] for k in order}, key=lambda s: (s == "max", int(s) if s.isdigit() else 0)))}
+    for key in sorted(order, key=lambda k: (settings.index(k[0]), ARCH_ORDER.get(k[1], 9), k[1], kpos[k[2]])):
+        rs = groups[key]
+        row = {"setting": key[0], "model": key[1], "k": key[2],
+               "coverage before %": mean_std(r["coverage_before"] for r in rs), "coverage %": mean_std(r["coverage"] for r in rs),
+               "sel. acc %": mean_std(r["selective_acc"] for r in rs), "NWA %": mean_std((r["nwa"] for r in rs), signed=True)}  # fmt: skip
+        notes = sorted({r["note"] for r in rs if r.get("note")})
+        if notes:
+            row["note"] = notes[0]
+        p = paper_t.get(key[0], {}).get(key[1], {})
+        if f"NWA k={key[2]}" in p:
+            row["paper NWA %"] = f"{p[f'NWA k={key[2]}']:+.1f}"
+        rows.append(row)
+    cols = ["setting", "model", "k", "coverage before %", "coverage %", "sel. acc %", "NWA %"]
+    cols += [c for c in ("paper NWA %", "note") if any(c in r for r in rows)]
+    return rows, cols
+
+
+def render(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
+    return f"## {title}\n\n" + (markdown_table(rows, cols) if rows else "(no finished runs)") + "\n"

@@ -1,0 +1,166 @@
+"""``cbm-experiment``: presets, the plan of cells, resumable runs and the report's tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cbm.config import ConfigError
+from cbm.experiments import experiment
+from cbm.experiments.cli import compose_plain, precheck
+from cbm.experiments.common import CONF_DIR
+from cbm.experiments.plan import plan
+from cbm.experiments.tables import automation_rows, intervention_rows, mean_std, swept_keys, training_rows
+
+PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
+
+
+def typed(*overrides: str):
+    from hydra.core.global_hydra import GlobalHydra
+
+    cfg = compose_plain("experiment", list(overrides))
+    GlobalHydra.instance().clear()
+    return experiment.validate_schema({k: v for k, v in cfg.items() if k != "hydra"})
+
+
+def test_every_preset_has_a_smoke_variant():
+    full = [p for p in PRESETS if not p.endswith("_smoke")]
+    assert set(full) >= {"robot_decision_support", "sudoku_automation", "alignment", "concept_noise", "resolution", "concept_sets"}
+    assert sorted(f"{p}_smoke" for p in full) == sorted(p for p in PRESETS if p.endswith("_smoke"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_composes_and_every_cell_validates(preset):
+    """The command-line front composes each cell's cbm-train / cbm-intervene / cbm-automate config
+    and validates it by that command's schema, so a preset cannot fail halfway through a table."""
+    precheck("experiment", [f"+experiment={preset}"], experiment.validate)
+
+
+def test_no_preset_and_bad_entries_are_one_line():
+    with pytest.raises(ConfigError, match=r"no experiment chosen: cbm-experiment \+experiment=<name>"):
+        precheck("experiment", [], experiment.validate)
+    with pytest.raises(ConfigError, match=r"select.models: unknown \['cnn'\] \(the preset has \['blackbox', 'cbm', 'cbm_aligned'\]\)"):
+        precheck("experiment", ["+experiment=alignment", "select.models=[cnn]"], experiment.validate)
+    with pytest.raises(ConfigError, match=r"true/cbm \(train\): config: unknown model 'nope'"):
+        precheck("experiment", ["+experiment=alignment", "models.cbm=['model=nope']"], experiment.validate)
+    with pytest.raises(ConfigError, match=r"experiment: intervene.ks entries must be integers >= 0 or 'max', got -1"):
+        precheck("experiment", ["+experiment=alignment", "intervene.ks=[0,-1]"], experiment.validate)
+    with pytest.raises(ConfigError, match=r"true/cbm \(intervene\): config: unknown policy 'coop' \(choose from: random"):
+        precheck("experiment", ["+experiment=alignment", "intervene.policy=[coop]"], experiment.validate)
+
+
+def test_plan_pairs_the_black_box_and_names_cells_by_directory(tmp_path):
+    c = typed("+experiment=robot_decision_support", f"output_dir={tmp_path}", "select.settings=[llm]", "seeds=[0,1]")
+    cells = plan(c)
+    train = [x for x in cells if x.stage == "train"]
+    inter = [x for x in cells if x.stage == "intervene"]
+    assert len(train) == 5 * 2 and len(inter) == 4 * 2 and not [x for x in cells if x.stage == "automate"]
+    assert cells.index(inter[0]) > cells.index(train[-1])  # every training before the analyses
+    cem1 = next(x for x in inter if x.model == "cem" and x.seed == 1)
+    assert cem1.dir == tmp_path / "llm" / "cem" / "seed1" / "intervene"
+    assert f"blackbox={tmp_path / 'llm' / 'blackbox' / 'seed1' / 'train' / 'metrics.json'}" in cem1.overrides
+    assert [n.key for n in cem1.needs] == ["llm/cem/seed1/train", "llm/blackbox/seed1/train"]
+    # no LLM client configured: the llm intervener is left out with the reason (n/a rows)
+    assert "intervener=[oracle,expert]" in cem1.overrides and "no LLM client configured" in cem1.skipped["llm"]
+    c = typed("+experiment=sudoku_automation", f"output_dir={tmp_path}")
+    auto = {x.model: x for x in plan(c) if x.stage == "automate" and x.setting == "18px"}
+    assert "ks=[0]" in auto["blackbox"].overrides and "ks=[0,3,max]" in auto["cbm"].overrides
+
+
+def test_cell_state_done_changed_resume(tmp_path):
+    c = typed("+experiment=alignment_smoke", f"output_dir={tmp_path}")
+    cell = plan(c)[1]
+    assert cell.state() == "fresh"
+    cell.dir.mkdir(parents=True)
+    (cell.dir / "cell.json").write_text(json.dumps({"fingerprint": cell.fingerprint()}))
+    (cell.dir / "checkpoints").mkdir()
+    (cell.dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert cell.state() == "resume" and experiment.command(cell)[-1] == f"resume={cell.dir}"
+    (cell.dir / "metrics.json").write_text("{}")
+    assert cell.state() == "done"
+    other = typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", "seeds=[0]", "train=['trainer=cpu_smoke']")
+    assert plan(other)[1].state() == "changed"
+
+
+def test_mean_std_and_swept_keys():
+    assert mean_std([0.99, 0.97]) == "98.00 ± 1.41" and mean_std([0.5]) == "50.00" and mean_std([None]) == "n/a"
+    assert mean_std([-0.1], signed=True) == "-10.00"
+    runs = [{"data": {"concept_noise": n, "n_test": 10}, "model": {"name": "cbm", "lr": 1}, "seed": s, "output_dir": f"r{s}{n}"}
+            for n in (0.0, 0.2) for s in (0, 1)]  # fmt: skip
+    runs.append({"data": {"concept_noise": 0.0, "n_test": 10}, "model": {"name": "blackbox", "lr": 2}, "seed": 0, "output_dir": "x"})
+    assert swept_keys(runs) == ["data.concept_noise"]  # seeds, paths and two architectures' defaults are not settings
+
+
+def metrics(model, acc, noise, seed):
+    return {"model": model, "dataset": "robot", "training": "independent", "seed": seed, "test/task_acc": acc,
+            "test/concept_acc": 0.9, "oracle_random": {"0": acc, "1": acc + 0.01, "7": 1.0},
+            "_config": {"data": {"concept_noise": noise}, "model": {"name": model}, "seed": seed}}  # fmt: skip
+
+
+def test_training_rows_average_seeds_with_swept_columns():
+    runs = [metrics("cbm", a, n, s) for n, accs in ((0.0, (0.9, 0.8)), (0.2, (0.7, 0.7))) for s, a in enumerate(accs)]
+    rows, cols = training_rows(runs)
+    assert cols[:4] == ["model", "data.concept_noise", "seeds", "task acc"] and cols[-1] == "oracle k=max"
+    assert [(r["data.concept_noise"], r["task acc"], r["oracle k=max"]) for r in rows] == [
+        ("0.0", "85.00 ± 7.07", "100.00 ± 0.00"), ("0.2", "70.00 ± 0.00", "100.00 ± 0.00")]
+
+
+def cell(setting, model, seed, rows, bb=None, skipped=None):
+    return {"setting": setting, "model": model, "seed": seed, "skipped": skipped or {},
+            "_results": {"rows": rows, "blackbox_accuracy": bb, "meta": {"concepts": list("abc"), "config": {"policy": {"random": {}}}}}}  # fmt: skip
+
+
+def test_intervention_rows_gain_paper_and_na():
+    def r(k, acc, bb):
+        return {"intervener": "oracle", "policy": "random", "k": k, "accuracy": acc, "gain": acc - bb}
+
+    why = "no LLM client configured"
+    cells = [cell("true", "cbm", s, [r(0, 0.8 + s / 10, 0.85), r(3, 1.0, 0.85)], bb=0.85, skipped={"llm": why}) for s in (0, 1)]
+    rows, cols = intervention_rows(cells, {"interventions": {"true": {"cbm": {"k=0": 85.1}, "blackbox": {"k=0": 87.5}}}})
+    assert cols == ["setting", "model", "intervener", "policy", "acc k=0", "acc k=max", "Gain k=0", "Gain k=max", "paper k=0", "note"]
+    bb, llm, cbm = rows  # interveners in name order
+    assert (bb["model"], bb["acc k=0"], bb["paper k=0"]) == ("blackbox", "85.00 ± 0.00", "87.5")
+    assert (cbm["acc k=0"], cbm["Gain k=0"], cbm["Gain k=max"], cbm["paper k=0"]) == ("85.00 ± 7.07", "+0.00 ± 7.07", "+15.00 ± 0.00", "85.1")
+    assert (llm["intervener"], llm["acc k=max"], llm["note"]) == ("llm", "n/a", why)
+
+
+def test_automation_rows_keep_failed_calibrations_as_na():
+    ok = {"k": 0, "coverage_before": 0.5, "coverage": 0.5, "selective_acc": 0.96, "nwa": 0.5}
+    na = {"k": 0, "coverage_before": None, "coverage": None, "selective_acc": None, "nwa": None, "status": "n/a", "note": "ltt calibration: no threshold"}
+    cells = [{"setting": "18px", "model": "probcbm", "seed": 0, "_results": {"n_concepts": 27, "results": [ok, {**ok, "k": 27, "nwa": -0.1}]}},
+             {"setting": "18px", "model": "cbm", "seed": 0, "_results": {"n_concepts": 27, "results": [na]}}]  # fmt: skip
+    rows, cols = automation_rows(cells, {"automation": {"18px": {"cbm": {"NWA k=0": 44.0}}}})
+    assert [(r["model"], r["k"], r["NWA %"]) for r in rows] == [("cbm", "0", "n/a"), ("probcbm", "0", "+50.00"), ("probcbm", "max", "-10.00")]
+    assert rows[0]["note"] == "ltt calibration: no threshold" and rows[0]["paper NWA %"] == "+44.0" and cols[-2:] == ["paper NWA %", "note"]
+
+
+def run_experiment(tmp_path, shared_cache, *args):
+    return subprocess.run([sys.executable, "-m", "cbm.experiments.experiment", *args, f"output_dir={tmp_path / 'exp'}",
+                           f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path, timeout=1200)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
+def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, shared_cache, preset):
+    proc = run_experiment(tmp_path, shared_cache, f"+experiment={preset}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    root = tmp_path / "exp"
+    report = json.loads((root / "report.json").read_text())
+    manifest = json.loads((root / "experiment.json").read_text())
+    assert manifest["cells"] and all(c["status"] == "done" for c in manifest["cells"]) and not report["unfinished"]
+    assert (root / "report.md").read_text().startswith(f"# {preset}")
+    for row in report["training"]:  # sanity: an oracle fixing every true concept gets (nearly) everything right
+        if row["model"] == "cbm (independent)" and row.get("data.concept_set", "true") == "true" and "oracle k=max" in row:
+            assert float(row["oracle k=max"].split()[0]) >= 99.0, row
+    if report["interventions"]:
+        assert any(c.startswith("Gain k=") for c in report["interventions"][1]) and (root / "interventions.csv").is_file()
+        assert list((root / "figures").glob("accuracy_vs_k_*.png"))
+    if report["automation"]:
+        assert {"NWA %", "coverage %"} <= set(report["automation"][0]) and list((root / "figures").glob("automation_*.png"))
+    again = run_experiment(tmp_path, shared_cache, f"+experiment={preset}")
+    assert again.returncode == 0 and f"({len(manifest['cells'])} finished)" not in again.stdout
+    assert f"0 to run, {len(manifest['cells'])} finished" in again.stdout
