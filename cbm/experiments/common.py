@@ -21,7 +21,7 @@ from synthetic.tables import markdown_table  # noqa: F401 (re-exported for the a
 
 # ``${pid:}`` in run-directory patterns: with the microsecond timestamp it makes every run's
 # directory unique, so parallel sweep jobs never share one.
-OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
+OmegaConf.register_new_resolver("pid", os.getpid, replace=True, use_cache=True)
 
 CONF_DIR = _CONF_DIR
 

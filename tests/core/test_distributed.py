@@ -107,3 +107,26 @@ def test_slurm_launcher_composes():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.partition, launcher.gpus_per_node, launcher.tasks_per_node) == ("gpu", 4, 1)
+
+
+def test_joblib_launcher_runs_two_jobs_by_default():
+    launcher = compose_cfg("hydra/launcher=joblib", hydra=True).hydra.launcher
+    assert launcher._target_.endswith("joblib_launcher.JoblibLauncher") and launcher.n_jobs == 2
+
+
+@pytest.mark.slow
+def test_joblib_sweep_shares_one_sweep_dir_and_reports_the_swept_setting(tmp_path):
+    """Parallel local sweep: both jobs land in one sweep directory (its name is resolved once, not
+    per worker process) and the table has a column for the swept setting."""
+    import subprocess
+    import sys
+
+    args = ["--multirun", "hydra/launcher=joblib", "data.modality=tabular", "data.n_train=300", "data.n_test=100",
+            "data.n_calib=0", "trainer=cpu_smoke", "logger=csv_only", "interventions.ks=[]", "data.concept_noise=0.0,0.3",
+            f"cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "cbm.experiments.train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (sweep,) = (tmp_path / "multirun").iterdir()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0-robot-cbm", "1-robot-cbm"]
+    table = (sweep / "results.md").read_text().splitlines()
+    assert "| data.concept_noise |" in table[0] and "| 0.0 |" in table[2] and "| 0.3 |" in table[3]
