@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast lint bench gpu-check gpu-wheels
+.PHONY: setup demo test test-fast lint bench gpu-check gpu-wheels notebooks
 
 setup: $(VENV)/.installed
 
@@ -20,10 +20,16 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-## Everything CI runs: lint, the default (fast) suite, then the slow tests.
+## Everything CI runs: lint, the default (fast) suite, the slow tests, then the notebooks (each
+## runs its experiment's smoke preset top to bottom).
 test: lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow
+	CBM_NOTEBOOK_OUT=$$(mktemp -d) $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake notebooks
+
+## Rewrite the notebooks from notebooks/make_notebooks.py.
+notebooks: setup
+	$(PY) notebooks/make_notebooks.py
 
 test-fast: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
