@@ -11,8 +11,12 @@ import nbformat as nbf
 
 HERE = Path(__file__).parent
 
-SETUP = '''import json, os, subprocess, sys
+SETUP = '''import json
+import os
+import subprocess
+import sys
 from pathlib import Path
+
 from IPython.display import Image, Markdown, display
 
 PRESET = "{preset}"
@@ -25,6 +29,7 @@ report = json.loads((root / "report.json").read_text())
 print(root, {{k: len(v) for k, v in report.items()}})'''
 
 TABLE = '''from cbm.experiments.tables import render
+
 cols = list(dict.fromkeys(c for r in report["{table}"] for c in r))
 display(Markdown(render("{title}", report["{table}"], cols)))'''
 
@@ -40,12 +45,14 @@ def notebook(preset: str, title: str, intro: str, cells: list[tuple[str, str]]) 
 
 ACC_FIGURES = '''from cbm.experiments import figures
 from cbm.experiments.report import _cells
+
 manifest = json.loads((root / "experiment.json").read_text())
 inter = _cells(root, manifest, "intervene", "results.json")
 settings = list(dict.fromkeys(c["setting"] for c in manifest["cells"]))
 for s in settings:
     p = figures.accuracy_vs_k(inter, s, root / "figures" / f"accuracy_vs_k_{s}.png")
-    if p: display(Image(str(p)))'''
+    if p:
+        display(Image(str(p)))'''
 
 BOOKS = {
     "robot_decision_support": notebook(
@@ -64,11 +71,13 @@ BOOKS = {
         [("code", TABLE.format(table="automation", title="Automation")),
          ("code", '''from cbm.experiments import figures
 from cbm.experiments.report import _cells
+
 manifest = json.loads((root / "experiment.json").read_text())
 auto = _cells(root, manifest, "automate", "automation.json")
 for s in dict.fromkeys(c["setting"] for c in manifest["cells"]):
     p = figures.automation_figure(auto, s, root / "figures" / f"automation_{s}.png")
-    if p: display(Image(str(p)))''')],
+    if p:
+        display(Image(str(p)))''')],
     ),
     "concept_quality_ablations": notebook(
         "concept_noise", "Concept-quality ablations",
@@ -78,7 +87,8 @@ for s in dict.fromkeys(c["setting"] for c in manifest["cells"]):
          ("code", ACC_FIGURES),
          ("md", "Gain of oracle interventions at k = max over the black box, per setting."),
          ("code", '''p = figures.gain_vs_setting(inter, settings, root / "figures" / "gain_vs_setting.png")
-if p: display(Image(str(p)))''')],
+if p:
+    display(Image(str(p)))''')],
     ),
 }
 

@@ -126,6 +126,13 @@ class RobotConfig:
     blur: float = 0.0
     #: part names hidden under a grey box (see synthetic.robot.renderer.PART_NAMES)
     occlude: list[str] = field(default_factory=list)
+    #: per-part opacity {part name: v in [0, 1]}: the part is alpha-blended at v times its usual
+    #: coverage (1 = as usual, 0 = not drawn; parts not named are drawn as usual), so a faint part
+    #: is hard to see without a box that marks it. Typed ``Any`` like ``concept_noise``; ``None`` = {}.
+    visibility: Any = field(default_factory=dict)
+    #: per-pixel Gaussian noise added after blurring, sigma in intensity levels (0..255 scale;
+    #: 0 = none), drawn from its own random stream per split
+    pixel_noise: float = 0.0
     #: "true", "fine", "llm" or a path to a concept-set YAML file
     concept_set: str = "true"
     #: annotation flip rate in [0, 0.5]: one float for all concepts or {concept name: rate}
@@ -156,6 +163,16 @@ class RobotConfig:
         if unknown:
             _fail("RobotConfig.occlude", f"unknown part(s) {unknown}; expected names from {PART_NAMES}")
         self.occlude = [str(p) for p in occlude]
+        visibility = _plain(self.visibility)
+        if visibility is None:  # the YAML default (so that data.visibility={knees: 0.1} replaces it)
+            visibility = {}
+        if not isinstance(visibility, Mapping):
+            _fail("RobotConfig.visibility", f"expected a mapping part -> opacity in [0, 1], got {visibility!r}")
+        unknown = sorted({str(p) for p in visibility} - set(PART_NAMES))
+        if unknown:
+            _fail("RobotConfig.visibility", f"unknown part(s) {unknown}; expected names from {PART_NAMES}")
+        self.visibility = {str(k): _number(f"RobotConfig.visibility.{k}", v, 0.0, 1.0) for k, v in visibility.items()}
+        self.pixel_noise = _number("RobotConfig.pixel_noise", self.pixel_noise, 0.0, 255.0)
         try:
             concepts = load_concept_set(str(self.concept_set))
         except ValueError as err:
@@ -202,6 +219,17 @@ class RobotConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def record(self) -> dict[str, Any]:
+        """``to_dict`` without the knobs added later that are at their neutral value
+        (``visibility`` empty, ``pixel_noise`` 0): the cache key and ``info`` of every config
+        written before those knobs existed stay what they were."""
+        out = self.to_dict()
+        if not out["visibility"]:
+            del out["visibility"]
+        if not out["pixel_noise"]:
+            del out["pixel_noise"]
+        return out
 
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any] | Any) -> RobotConfig:

@@ -46,7 +46,7 @@ from synthetic.robot.renderer import render
 ROBOT_VERSION = 2  # 2: extra["c_clean"]
 #: ``y = 1`` is Glorp, ``y = 0`` Drent.
 CLASS_NAMES = ["Drent", "Glorp"]
-_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5}
+_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5, "pixels": 6}
 _DEFAULT_ARM = len(ARM_ANGLES) // 2  # horizontal
 _DEFAULT_LEG = 1
 _DEFAULT_PALETTE = PALETTE_NAMES.index("blue")
@@ -105,6 +105,19 @@ def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarr
     return meta, y
 
 
+def _add_pixel_noise(x: np.ndarray, cfg: RobotConfig, split: np.ndarray) -> np.ndarray:
+    """``x`` plus Gaussian noise of sigma ``cfg.pixel_noise`` levels, rounded and clipped to 0..255;
+    one random stream per split (the rows of a split are contiguous in ``split``)."""
+    out = np.empty_like(x)
+    for code in SPLITS.values():
+        rows = np.flatnonzero(split == code)
+        if len(rows):
+            a, b = rows[0], rows[-1] + 1
+            noise = _rng(cfg, "pixels", code).normal(0.0, cfg.pixel_noise, x[a:b].shape)
+            out[a:b] = np.clip(np.rint(x[a:b] + noise), 0, 255).astype(np.uint8)
+    return out
+
+
 def generate(cfg: RobotConfig) -> SyntheticData:
     """Generate all splits for ``cfg`` (pure: same config -> byte-identical arrays)."""
     if not isinstance(cfg, RobotConfig):
@@ -134,7 +147,7 @@ def generate(cfg: RobotConfig) -> SyntheticData:
     info: dict[str, Any] = {
         "generator": "robot",
         "version": ROBOT_VERSION,
-        "config": cfg.to_dict(),
+        "config": cfg.record(),
         "concept_set": chosen.to_dict(),
         "true_concept_set": true_set.to_dict(),
         "label_rule": "Pr(Glorp) = sigmoid(scale * (sum_k weights[k] * attr_k + bias))",
@@ -145,7 +158,9 @@ def generate(cfg: RobotConfig) -> SyntheticData:
         "arm_angles_deg": list(ARM_ANGLES),
     }
     if cfg.modality == "image":
-        x = render(meta, cfg.image_size, blur=cfg.blur, occlude=cfg.occlude)
+        x = render(meta, cfg.image_size, blur=cfg.blur, occlude=cfg.occlude, visibility=cfg.visibility)
+        if cfg.pixel_noise > 0:
+            x = _add_pixel_noise(x, cfg, split)
     elif cfg.modality == "tabular":
         x = tabular_features(meta)
         info["x_names"] = TABULAR_NAMES
@@ -175,7 +190,7 @@ def cache_key(cfg: RobotConfig) -> dict[str, Any]:
     return {
         "generator": "robot",
         "version": ROBOT_VERSION,
-        "config": cfg.to_dict(),
+        "config": cfg.record(),
         "concepts": load_concept_set(cfg.concept_set).to_dict(),
         "true_concepts": load_concept_set("true").to_dict(),
     }

@@ -20,7 +20,7 @@ the benchmark baseline.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -423,12 +423,22 @@ def _parts_to_layers(parts: Sequence[str]) -> list[int]:
     return [i for i, layer in enumerate(LAYERS) if layer.part in set(parts)]
 
 
+def _opacity_levels(visibility: Mapping[str, float] | None) -> dict[int, int]:
+    """Layer index -> opacity on the 0..256 alpha scale, for the parts ``visibility`` names."""
+    vis = dict(visibility or {})
+    bad = {k: v for k, v in vis.items() if not 0.0 <= float(v) <= 1.0}
+    if bad:
+        raise ValueError(f"visibility must be in [0, 1], got {bad}")
+    return {i: int(round(256 * float(vis[LAYERS[i].part]))) for i in _parts_to_layers(list(vis))}
+
+
 def render(
     meta: np.ndarray,
     size: int = 32,
     blur: float = 0.0,
     occlude: Sequence[str] = (),
     chunk: int | None = None,
+    visibility: Mapping[str, float] | None = None,
 ) -> np.ndarray:
     """Render robots from ``meta`` rows (columns :data:`~synthetic.robot.attributes.META_NAMES`).
 
@@ -440,6 +450,9 @@ def render(
     occlude : part names (:data:`PART_NAMES`) hidden under a grey box that covers every
         value the part could take at that pose, so the box itself leaks nothing.
     chunk : rows composited at a time (default: a ~3 MB canvas, which stays in cache).
+    visibility : ``{part: v}`` with ``v`` in ``[0, 1]``: the part's coverage is scaled by ``v``
+        (rounded to the 0..256 alpha scale), so it is blended faintly into what lies below;
+        ``v = 1`` draws it exactly as usual, ``v = 0`` not at all. Other parts are unchanged.
 
     Returns
     -------
@@ -456,6 +469,7 @@ def render(
     if blur < 0:
         raise ValueError(f"blur must be >= 0, got {blur}")
     occ_layers = _parts_to_layers(occlude)
+    opacity = _opacity_levels(visibility)
     size = int(size)
     masks = layer_masks(size)
     n = len(meta)
@@ -469,11 +483,15 @@ def render(
         # channel-planar canvas: a layer's box is a long contiguous run per (row, channel)
         canvas = np.empty((len(m), 3, size, size), dtype=np.uint16)
         canvas[:] = cols["bg"][:, :, None, None]
-        for layer, lm in zip(LAYERS, masks):
+        for i, (layer, lm) in enumerate(zip(LAYERS, masks)):
             if lm.h:
                 var = layer.variant(m)
                 band = canvas[:, :, lm.ys, lm.xs]
-                _blend(band, lm.alpha[var], lm.inv[var], cols[layer.role])
+                if i in opacity:  # a faint part: coverage scaled by opacity/256, rounded
+                    alpha = ((lm.alpha[var].astype(np.uint32) * opacity[i] + 128) >> 8).astype(np.uint16)
+                    _blend(band, alpha, 256 - alpha, cols[layer.role])
+                else:
+                    _blend(band, lm.alpha[var], lm.inv[var], cols[layer.role])
         for i in occ_layers:
             layer, lm = LAYERS[i], masks[i]
             if lm.h:
