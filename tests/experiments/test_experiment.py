@@ -45,11 +45,11 @@ def test_no_preset_and_bad_entries_are_one_line():
         precheck("experiment", [], experiment.validate)
     with pytest.raises(ConfigError, match=r"select.models: unknown \['cnn'\] \(the preset has \['blackbox', 'cbm', 'cbm_aligned'\]\)"):
         precheck("experiment", ["+experiment=alignment", "select.models=[cnn]"], experiment.validate)
-    with pytest.raises(ConfigError, match=r"true/cbm \(train\): config: unknown model 'nope'"):
+    with pytest.raises(ConfigError, match=r"paper/cbm \(train\): config: unknown model 'nope'"):
         precheck("experiment", ["+experiment=alignment", "models.cbm=['model=nope']"], experiment.validate)
     with pytest.raises(ConfigError, match=r"experiment: intervene.ks entries must be integers >= 0 or 'max', got -1"):
         precheck("experiment", ["+experiment=alignment", "intervene.ks=[0,-1]"], experiment.validate)
-    with pytest.raises(ConfigError, match=r"true/cbm \(intervene\): config: unknown policy 'coop' \(choose from: random"):
+    with pytest.raises(ConfigError, match=r"paper/cbm \(intervene\): config: unknown policy 'coop' \(choose from: random"):
         precheck("experiment", ["+experiment=alignment", "intervene.policy=[coop]"], experiment.validate)
 
 
