@@ -90,6 +90,11 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         #: Alignment constraint mask: 0 removes a concept's contribution to the head.
         self.register_buffer("concept_keep", keep)
         self.build()
+        if self.cfg.concept_input != "features" and hasattr(self, "hint") and self.hint is None:
+            raise ConfigError(
+                f"model.concept_input={self.cfg.concept_input}: model '{self.cfg.name}' with backbone '{self.cfg.backbone.name}' "
+                "has no concept layer to read (use concept_input=features)"
+            )
         self._metrics = nn.ModuleDict({stage: self._make_metrics(stage) for stage in ("val", "test")})
 
     # ------------------------------------------------------------------ contract
@@ -130,6 +135,23 @@ class ConceptModel(L.LightningModule, InterventionHooks):
                 f"{tuple(state.probs.shape)}"
             )
 
+    # ------------------------------------------------------------------ concept inputs
+    def concept_input_dim(self) -> int:
+        """Width of :meth:`concept_input` (CEM, ProbCBM and ECBM build their concept layers on it)."""
+        if getattr(self, "hint", None) is None:
+            return self.backbone.out_dim
+        return self.n_concepts + (self.backbone.out_dim if self.cfg.concept_input == "features" else 0)
+
+    def concept_input(self, features: Tensor) -> Tensor:
+        """What an architecture's own concept layer reads: the backbone features with the hint's
+        logits appended, or (``model.concept_input: hint``) the hint's logits alone, or
+        (``hint_detached``) those logits without a gradient back into the backbone."""
+        hint = getattr(self, "hint", None)
+        if hint is None or self.cfg.concept_input == "features":
+            return with_hint(features, hint)
+        logits = hint(features)
+        return logits.detach() if self.cfg.concept_input == "hint_detached" else logits
+
     # ------------------------------------------------------------------ training
     def task_logits_for_training(self, batch: Batch, state: ConceptState) -> Tensor:
         """Task logits the task loss is computed on (independent CBM feeds true concepts)."""
@@ -155,6 +177,14 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         if aux is not None:
             losses["aux_loss"] = aux
             total = total + self.cfg.backbone.aux_weight * aux
+        hint = getattr(self, "hint", None)
+        if hint is not None and self.has_concepts and self.cfg.concept_loss_weight > 0:
+            # the hint layer is supervised like a CBM's concept layer: without it nothing anchors its
+            # parameters, and the downstream losses dragged them off (Sudoku CEM: hint accuracy 80%,
+            # below the 86% of the majority value, concepts at chance)
+            hint_logits = hint(state.extras["features"])
+            losses["hint_loss"] = F.binary_cross_entropy_with_logits(hint_logits, batch["c"].to(hint_logits))
+            total = total + self.cfg.concept_loss_weight * losses["hint_loss"]
         for name, value in self.extra_losses(batch, state, y_logits).items():
             losses[name] = value
             total = total + value

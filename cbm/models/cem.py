@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, build_head, concept_hint, with_hint
+from cbm.models.base import Batch, ConceptModel, build_head, concept_hint
 from cbm.models.config import CEMConfig
 from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
@@ -37,13 +37,13 @@ class CEM(ConceptModel):
         m, k = self.n_concepts, self.cfg.emb_size
         self.hint = concept_hint(self.backbone, m)
         # One linear map == m independent per-concept generators (their outputs are disjoint blocks).
-        self.context = nn.Linear(self.backbone.out_dim + (m if self.hint is not None else 0), m * 2 * k)
+        self.context = nn.Linear(self.concept_input_dim(), m * 2 * k)
         self.score = nn.Linear(2 * k, 1)  # shared across concepts (reference default)
         self.head = build_head(self.cfg.head, m * k, self.n_classes)
 
     def encode(self, x: Tensor) -> ConceptState:
         features = self.backbone(x)
-        ctx = F.leaky_relu(self.context(with_hint(features, self.hint)))
+        ctx = F.leaky_relu(self.context(self.concept_input(features)))
         ctx = ctx.view(len(features), self.n_concepts, 2 * self.cfg.emb_size)
         logits = self.score(ctx).squeeze(-1)
         c_pos, c_neg = ctx.chunk(2, dim=-1)

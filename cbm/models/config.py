@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 BACKBONES = ("auto", "cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
+CONCEPT_INPUTS = ("features", "hint", "hint_detached")
 
 
 @dataclass
@@ -79,6 +80,12 @@ class ModelConfig:
     sequential_concept_fraction: float = 0.5
     #: Alignment constraint: these concepts' contribution to the head is forced to zero.
     zero_concepts: list[str] = field(default_factory=list)
+    #: What CEM / ProbCBM / ECBM build their concepts from when the backbone has its own concept layer
+    #: (Sudoku: the group-validity logits): ``features`` (the backbone features with those logits
+    #: appended), ``hint`` (the logits alone) or ``hint_detached`` (the logits alone, no gradient back:
+    #: the backbone and the hint layer then train as a CBM's, from the hint and auxiliary losses).
+    #: Without such a layer all three mean the features.
+    concept_input: str = "features"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -90,6 +97,8 @@ class ModelConfig:
             raise ValueError("loss weights must be >= 0")
         if not 0.0 < self.sequential_concept_fraction < 1.0:
             raise ValueError("model.sequential_concept_fraction must be in (0, 1)")
+        if self.concept_input not in CONCEPT_INPUTS:
+            raise ValueError(f"model.concept_input must be one of {CONCEPT_INPUTS}, got '{self.concept_input}'")
 
 
 # ------------------------------------------------------------------ per-architecture schemas

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, with_hint
+from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit
 from cbm.models.config import ECBMConfig
 from cbm.models.hooks import PairBlock, additive_pair_logits
 from cbm.models.state import ConceptState
@@ -67,7 +67,7 @@ class ECBM(ConceptModel):
     def build(self) -> None:
         m, k, h = self.n_concepts, self.n_classes, self.cfg.hidden_dim
         self.hint = concept_hint(self.backbone, m)
-        in_dim = self.backbone.out_dim + (m if self.hint is not None else 0)
+        in_dim = self.concept_input_dim()
         self.proj_xy = nn.Linear(in_dim, h)
         self.proj_xc = nn.Linear(in_dim, h)
         self.class_emb = nn.Parameter(torch.randn(k, h))
@@ -87,7 +87,7 @@ class ECBM(ConceptModel):
     def _hidden(self, features: Tensor, dropout: bool = False) -> tuple[Tensor, Tensor]:
         """Projections of the features for E_xy and E_xc (dropout only for the training losses)."""
         p = self.cfg.dropout if dropout and self.training else 0.0
-        features = with_hint(features, self.hint)
+        features = self.concept_input(features)
         return F.dropout(self.proj_xy(features), p, p > 0), F.dropout(self.proj_xc(features), p, p > 0)
 
     def _global_affine(self) -> tuple[Tensor, Tensor]:

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts, with_hint
+from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts
 from cbm.models.config import ProbCBMConfig
 from cbm.models.hooks import PairBlock
 from cbm.models.probcbm_pairs import pair_logits as probcbm_pair_logits
@@ -63,7 +63,7 @@ class ProbCBM(ConceptModel):
     def build(self) -> None:
         m, d, cfg = self.n_concepts, self.cfg.emb_size, self.cfg
         self.hint = concept_hint(self.backbone, m)
-        in_dim = self.backbone.out_dim + (m if self.hint is not None else 0)
+        in_dim = self.concept_input_dim()
         self.mean_head = nn.Linear(in_dim, m * d)
         self.logvar_head = nn.Linear(in_dim, m * d)
         #: Concept prototypes ``[2,m,d]``: index 0 negative, 1 positive (reference ``use_neg_concept``).
@@ -84,7 +84,7 @@ class ProbCBM(ConceptModel):
     def distribution(self, features: Tensor) -> tuple[Tensor, Tensor]:
         """Mean (unit norm) and clipped log-variance ``[B,m,d]`` of each concept embedding."""
         shape = (len(features), self.n_concepts, self.cfg.emb_size)
-        h = with_hint(features, self.hint)
+        h = self.concept_input(features)
         mean = F.normalize(self.mean_head(h).view(shape), dim=-1)
         logvar = self.logvar_head(h).view(shape).clamp(*LOGVAR_RANGE)
         return mean, logvar

@@ -79,7 +79,7 @@ def tree(*roots: Path) -> set[str]:
 
 
 TRAIN = [
-    ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, cbm"),
+    ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, blackbox_sudoku, cbm"),
     ("data=robt", "unknown data 'robt'"),
     ("trainer=nope", "unknown trainer 'nope'"),
     ("logger=nope", "unknown logger 'nope'"),
@@ -223,8 +223,8 @@ DATA_CLI = [
     (["show", *DATA, "out=FX/files/x.png"], "show needs image data"),
 ]
 REPORT = [
-    ([], "usage: cbm-report RUN_OR_SWEEP_DIR"),
-    (["a", "b"], "usage: cbm-report RUN_OR_SWEEP_DIR"),
+    ([], "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR"),
+    (["a", "b"], "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR"),
     (["FX/files/missing"], "does not exist"),
     (["FX/files/a_file"], "is not a directory"),
     (["FX/files/empty_dir"], "no usable metrics.json"),
