@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -104,25 +105,25 @@ def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, A
     threads = max(1, (os.cpu_count() or 1) // jobs)
     total = len(cells)
     done = 0
+    lock = threading.Lock()  # one writer of the log, the console and the manifest at a time
 
     def one(cell: Cell) -> None:
         nonlocal done
         rec = run_cell(cell, threads, root)
-        log[cell.key] = rec
-        done += 1
+        with lock:
+            log[cell.key] = rec
+            done += 1
+            _report_cell(cell, rec, done, total)
+            save()
+
+    def _report_cell(cell: Cell, rec: dict[str, Any], done: int, total: int) -> None:
         took = f" in {rec['seconds']:.1f} s" if rec["seconds"] is not None else ""
         note = f" ({rec['note']})" if rec["note"] else ""
         say(f"[{done:>{len(str(total))}}/{total}] {cell.stage:<9} {cell.setting}/{cell.model} seed {cell.seed}: {rec['status']}{took}{note}")
-        save()
 
-    for stage in ("train", "intervene", "automate"):
-        batch = [c for c in cells if c.stage == stage]
-        if jobs == 1:
-            for c in batch:
-                one(c)
-        else:
-            with ThreadPoolExecutor(max_workers=jobs) as pool:
-                list(pool.map(one, batch))
+    for stage in ("train", "intervene", "automate"):  # every training before the analyses
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(one, [c for c in cells if c.stage == stage]))
 
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
