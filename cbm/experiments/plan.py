@@ -14,8 +14,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from cbm.config.experiment import ExperimentConfig
 
 #: Stage -> (module run as ``python -m``, the file a finished run leaves).
@@ -81,8 +79,9 @@ def llm_client(stage_overrides: list[str]) -> str | None:
         key, _, value = o.partition("=")
         if key.lstrip("+") == "intervener.llm.client" and value not in ("", "null"):
             return value
-    default = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "intervener" / "llm.yaml")
-    return default.get("client")
+    from cbm.interventions import registry  # torch-free
+
+    return registry.defaults("intervener", "llm").get("client")
 
 
 def plan(cfg: ExperimentConfig) -> list[Cell]:
