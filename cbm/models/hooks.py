@@ -60,8 +60,17 @@ def take_codes(table: Tensor, codes: Tensor) -> Tensor:
     """``table [B, K, ...]`` at ``codes [1|B, P]`` -> ``[B, P, ...]`` (shared codes: one row gather)."""
     if codes.shape[0] == 1:
         return table.index_select(1, codes[0])
-    index = codes.view(*codes.shape, *([1] * (table.dim() - 2))).expand(*codes.shape, *table.shape[2:])
-    return table.expand(codes.shape[0], *table.shape[1:]).gather(1, index)
+    return take_rows(table.expand(codes.shape[0], *table.shape[1:]), codes)
+
+
+def take_rows(table: Tensor, codes: Tensor) -> Tensor:
+    """``table [B, K, ...]`` at per-example ``codes [B, P]`` -> ``[B, P, ...]``: one ``index_select``
+    of whole rows of the flattened ``[B*K, ...]`` table (a ``gather`` with an index expanded over
+    the trailing dims reads one index per element: several times slower)."""
+    b, k = table.shape[:2]
+    flat = table.reshape(b * k, *table.shape[2:])
+    offset = torch.arange(b, device=codes.device).mul_(k).unsqueeze(1)
+    return flat.index_select(0, (codes + offset).reshape(-1)).view(*codes.shape, *table.shape[2:])
 
 
 def additive_pair_logits(

@@ -177,9 +177,16 @@ class ProbCBM(ConceptModel):
         new.extras["mean"] = torch.where(m3, v * pos + (1 - v) * neg, state.extras["mean"])
         new.extras["std"] = torch.where(m3, torch.zeros_like(state.extras["std"]), state.extras["std"])
         new.extras.pop("samples", None)
-        if "class_uncertainty" in state.extras:
-            new.extras["class_uncertainty"] = self.class_uncertainty(new.extras["std"])
+        # stale now; recomputed on demand (state_class_uncertainty): the intervention grid never reads it
+        new.extras.pop("class_uncertainty", None)
         return new
+
+    def state_class_uncertainty(self, state: ConceptState) -> Tensor:
+        """``[B]`` class uncertainty of ``state``: the stored one, else computed from its moments
+        (and stored) -- an intervention drops it, so only the states selective prediction scores pay."""
+        if "class_uncertainty" not in state.extras:
+            state.extras["class_uncertainty"] = self.class_uncertainty(state.extras["std"])
+        return state.extras["class_uncertainty"]
 
     def predict(self, state: ConceptState) -> Tensor:
         """Class log-probabilities from the fixed inference noise (deterministic)."""

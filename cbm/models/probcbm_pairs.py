@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from cbm.models.hooks import PairBlock
+from cbm.models.hooks import PairBlock, take_codes
 from cbm.models.state import ConceptState
 
 
@@ -62,13 +62,6 @@ def pair_terms(model, state: ConceptState) -> PairTerms:
     return PairTerms(code.contiguous(), cross.flatten(1, 2).contiguous(), single.contiguous(), duo.flatten(1, 2).contiguous())
 
 
-def _take(t: Tensor, idx: Tensor) -> Tensor:
-    """``t [B, K, ...]`` at codes ``idx [1|B, P]`` -> ``[B, P, ...]``."""
-    if idx.shape[0] == 1:
-        return t.index_select(1, idx[0])
-    return t.gather(1, idx.view(*idx.shape, *([1] * (t.dim() - 2))).expand(*idx.shape, *t.shape[2:]))
-
-
 #: Pairs per block: the working set (a few ``[block, S]`` float arrays) then stays in the L2 cache.
 PAIR_BLOCK = 2048
 
@@ -81,14 +74,14 @@ def pair_logits(model, terms: PairTerms, pairs: PairBlock) -> Tensor:
     codes = 2 * pairs.members + pairs.bits  # [1|B, P, s]
     k = terms.code.shape[1]
     if pairs.size == 1:
-        sq = _take(terms.single, codes[..., 0])  # [B, P, C, S]
+        sq = take_codes(terms.single, codes[..., 0])  # [B, P, C, S]
     else:  # the first two codes at once, then each further code with its cross terms
-        sq = _take(terms.duo, codes[..., 0] * k + codes[..., 1])
+        sq = take_codes(terms.duo, codes[..., 0] * k + codes[..., 1])
         for u in range(2, pairs.size):
-            sq += _take(terms.code, codes[..., u])
-            cross = _take(terms.cross, codes[..., 0] * k + codes[..., u])  # [B, P, S]
+            sq += take_codes(terms.code, codes[..., u])
+            cross = take_codes(terms.cross, codes[..., 0] * k + codes[..., u])  # [B, P, S]
             for v in range(1, u):
-                cross += _take(terms.cross, codes[..., v] * k + codes[..., u])
+                cross += take_codes(terms.cross, codes[..., v] * k + codes[..., u])
             sq += cross.unsqueeze(2)
     dist = sq.clamp_min_(0).add_(1e-10).sqrt_()  # the readout's root-mean-square distances [B, P, C, S]
     if dist.shape[2] != 2:

@@ -61,11 +61,15 @@ def uncertainty_threshold(tau: float) -> float:
 def class_uncertainty(model, state: ConceptState) -> Tensor:
     """Per-example class uncertainty ``[B]`` of an architecture that has one.
 
-    ``state.extras['class_uncertainty']`` when present (ProbCBM stores it in eval mode and
-    recomputes it in ``intervene``), else the mean of the per-concept uncertainties
-    ``state.uncertainty`` (an intervened concept has uncertainty 0).
+    The model's ``state_class_uncertainty`` hook when it has one (ProbCBM: stored in eval mode,
+    recomputed lazily after an intervention), else ``state.extras['class_uncertainty']`` when
+    present, else the mean of the per-concept uncertainties ``state.uncertainty`` (an intervened
+    concept has uncertainty 0).
     """
-    if "class_uncertainty" in state.extras:
+    hook = getattr(model, "state_class_uncertainty", None)
+    if hook is not None:
+        u = hook(state)
+    elif "class_uncertainty" in state.extras:
         u = state.extras["class_uncertainty"]
     elif state.uncertainty is not None and state.uncertainty.shape[1] > 0:
         u = state.uncertainty.float().mean(dim=1)

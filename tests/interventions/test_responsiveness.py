@@ -337,15 +337,20 @@ def test_chunking_does_not_change_results(monkeypatch):
                     mp.setattr(A, "FAST_BLOCK_EXAMPLES", 2)  # the fast path in blocks of 2 examples
                     small = subset_responsiveness(model, state, table, pr, fast_path=fast, chunk_mb=0.05)
                 torch.testing.assert_close(small, big, atol=1e-6, rtol=0)
-            o1, v1 = greedy_chain(model, state, 4, pr)
-            o2, v2 = greedy_chain(model, state, 4, pr, chunk_mb=0.05)
-            assert torch.equal(o1, o2) and torch.allclose(v1, v2, atol=1e-6)
+            for fast in PATHS:  # max_assignments=4: steps 3, 4 sample (the draws are shared by row chunks)
+                o1, v1 = greedy_chain(model, state, 4, pr, fast_path=fast, max_assignments=4, generator=torch.Generator().manual_seed(0))
+                o2, v2 = greedy_chain(
+                    model, state, 4, pr, fast_path=fast, max_assignments=4, chunk_mb=0.0005, generator=torch.Generator().manual_seed(0)
+                )  # fmt: skip
+                assert torch.equal(o1, o2) and torch.allclose(v1, v2, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- every architecture
 ARCH_CASES = {
     "cbm-linear": ("cbm", {"head": {"kind": "linear"}}),
     "cbm-mlp": ("cbm", {"head": {"kind": "mlp", "hidden": 8}}),
+    "cbm-hard-linear": ("cbm", {"concept_readout": "hard", "head": {"kind": "linear"}}),
+    "cbm-hard-mlp": ("cbm", {"concept_readout": "hard", "head": {"kind": "mlp", "hidden": 8}}),
     "cem-linear": ("cem", {"emb_size": 3}),
     "cem-mlp": ("cem", {"emb_size": 3, "head": {"kind": "mlp", "hidden": 8}}),
     "probcbm": ("probcbm", {"n_samples_infer": 6, "emb_size": 4, "class_emb_size": 8}),

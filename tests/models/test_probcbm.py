@@ -48,7 +48,9 @@ def test_intervention_yields_the_prototype():
     assert torch.equal(samples[:, :, 3:], model.sample(state.extras["mean"], state.extras["std"], model.eps_infer[None])[:, :, 3:])
     assert torch.equal(new.probs[mask], values[mask])
     assert (new.uncertainty[mask] == 0).all() and torch.equal(new.uncertainty[~mask], state.uncertainty[~mask])
-    assert (new.extras["class_uncertainty"] < state.extras["class_uncertainty"]).all()
+    assert "class_uncertainty" not in new.extras  # stale after an intervention: computed on demand
+    assert (model.state_class_uncertainty(new) < state.extras["class_uncertainty"]).all()
+    assert torch.equal(new.extras["class_uncertainty"], model.class_uncertainty(new.extras["std"]))
     assert torch.equal(new.intervened, mask) and not state.intervened.any()
 
 

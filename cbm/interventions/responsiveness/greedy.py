@@ -70,16 +70,34 @@ def greedy_chain(
     yhat = logits.argmax(1)
     lin = additive(model, state, logits, fast_path)
     st = trim_state(model, state)
-    samples: list[Tensor] = []
+    # Drawn once for the whole batch (common random numbers), only when a step needs them.
+    samples = prior.sample(state, max_assignments, generator) if (1 << k) > max_assignments else None
+    if lin is not None:  # the additive path chunks inside each step
+        return greedy_search(_extender(model, st, lin, yhat, prior, samples, max_assignments, chunk_mb), available, k)
+    # pair_logits path: run the whole chain on chunks of examples sized for its largest step, so
+    # a model's per-state pair terms (ProbCBM's expansion) are built once per chunk, not per step
+    m = state.n_concepts
+    row_bytes = (model.pair_bytes(st) or state_row_bytes(st)) + 2 * m
+    rows = batch_step(2 * m * min(1 << max(k - 1, 0), max_assignments), row_bytes, chunk_mb)
+    parts = []
+    for r0 in range(0, state.batch_size, rows):
+        r = slice(r0, r0 + rows)
+        sub = st if rows >= state.batch_size else st.index(r)
+        draws = None if samples is None else samples[r]
+        parts.append(greedy_search(_extender(model, sub, None, yhat[r], prior, draws, max_assignments, chunk_mb), available[r], k))
+    return torch.cat([o for o, _ in parts]), torch.cat([v for _, v in parts])
+
+
+def _extender(model, st, lin, yhat, prior, samples, max_assignments, chunk_mb):
+    """``extend`` for :func:`greedy_search`: enumerate the assignments of ``S + {j}`` up to
+    ``max_assignments``, else average over the prior's ``samples``."""
 
     def extend(base_idx: Tensor, chosen: Tensor, cand: Tensor) -> Tensor:
         if (1 << (base_idx.shape[1] + 1)) <= max_assignments:
             return _greedy_enum(model, st, lin, yhat, prior, base_idx, chosen, cand, chunk_mb)
-        if not samples:
-            samples.append(prior.sample(state, max_assignments, generator))
-        return _greedy_sampled(model, st, lin, yhat, samples[0], base_idx, chosen, cand, chunk_mb)
+        return _greedy_sampled(model, st, lin, yhat, samples, base_idx, chosen, cand, chunk_mb)
 
-    return greedy_search(extend, available, k)
+    return extend
 
 
 def _greedy_enum(model, st, lin, yhat, prior, base_idx, chosen, cand, chunk_mb) -> Tensor:
@@ -137,7 +155,8 @@ def pair_flips(model, st: ConceptState, yhat: Tensor, members: Tensor, bits: Ten
         n = mem.shape[0]
         mask = torch.zeros(n, p, m, dtype=torch.bool, device=mem.device).scatter_(2, mem, True)
         values = torch.zeros(n, p, m, device=mem.device).scatter_(2, mem, bit.float())
-        logits = model.pair_logits(st.index(rows), PairBlock(mask, values, mem, bit))
+        sub = st if bc >= b else st.index(rows)  # the same state object: model-side caches hit
+        logits = model.pair_logits(sub, PairBlock(mask, values, mem, bit))
         out[rows] = logits.argmax(-1) != yhat[rows, None]
     return out
 
