@@ -12,6 +12,15 @@ PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true",
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
 
 
+#: ``trainer.checkpoint_monitor`` -> (logged metric, mode); ``last`` keeps the final epoch.
+CHECKPOINT_MONITORS: dict[str, tuple[str | None, str]] = {
+    "task_loss": ("val/task_loss", "min"),
+    "task_acc": ("val/task_acc", "max"),
+    "concept_auroc": ("val/concept_auroc", "max"),
+    "last": (None, "min"),
+}
+
+
 @dataclass
 class TrainerConfig:
     max_epochs: int = 10
@@ -30,7 +39,12 @@ class TrainerConfig:
     sync_batchnorm: bool = False
     #: Compile the encoder with ``torch.compile`` (``nn.Module.compile``: checkpoints keep their keys).
     compile: bool = False
-    #: Stop when ``val/task_loss`` has not improved for this many epochs; 0 disables.
+    #: Which epoch ``checkpoints/best.ckpt`` keeps (and early stopping watches): ``task_loss`` (lowest
+    #: ``val/task_loss``), ``task_acc`` / ``concept_auroc`` (highest), or ``last`` (the final epoch).
+    #: An independent CBM's head is fit on annotated concepts, so its validation task loss may be
+    #: lowest at an early epoch whose concept detectors are still poor: ``concept_auroc`` or ``last``.
+    checkpoint_monitor: str = "task_loss"
+    #: Stop when the monitored metric has not improved for this many epochs; 0 disables.
     early_stopping_patience: int = 0
     log_every_n_steps: int = 10
     #: ``auto``: only when the output is a terminal (else one log line per epoch); or true / false.
@@ -58,6 +72,10 @@ class TrainerConfig:
             raise ValueError(f"trainer.precision must be one of {PRECISIONS}, got '{self.precision}'")
         if self.early_stopping_patience < 0:
             raise ValueError("trainer.early_stopping_patience must be >= 0")
+        if self.checkpoint_monitor not in CHECKPOINT_MONITORS:
+            raise ValueError(f"trainer.checkpoint_monitor must be one of {tuple(CHECKPOINT_MONITORS)}, got '{self.checkpoint_monitor}'")
+        if self.checkpoint_monitor == "last" and self.early_stopping_patience > 0:
+            raise ValueError("trainer.early_stopping_patience needs a metric to watch: not with checkpoint_monitor=last")
         if self.log_every_n_steps < 1:
             raise ValueError(f"trainer.log_every_n_steps must be >= 1, got {self.log_every_n_steps}")
         if self.enable_progress_bar not in (True, False, "auto"):

@@ -47,6 +47,8 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     data = data_config(data_raw)
     name = model_raw.get("name", "cbm")
     model_cfg = as_dict(to_dataclass(model_config_class(name), model_raw, "model"))
+    if name == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
+        raise ConfigError("trainer.checkpoint_monitor=concept_auroc: a black box has no concepts (use task_loss, task_acc or last)")
     sizes = data.split_sizes
     for split, why in (("train", "to train on"), ("val", "to choose the best checkpoint"), ("test", "to test on")):
         if sizes.get(split, 0) < 1:

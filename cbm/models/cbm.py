@@ -36,8 +36,16 @@ class CBM(ConceptModel):
         logits = self.concept_layer(features)
         return ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
 
+    def readout(self, probs: Tensor) -> Tensor:
+        """What the head reads of the concept probabilities: themselves (``soft``) or ``1[p > 0.5]``
+        (``hard``; straight-through gradient). Intervened concepts are 0/1 either way."""
+        if self.cfg.concept_readout == "soft":
+            return probs
+        hard = (probs > 0.5).to(probs.dtype)
+        return probs + (hard - probs).detach() if probs.requires_grad else hard
+
     def predict(self, state: ConceptState) -> Tensor:
-        return self.head(state.probs * self.concept_keep)
+        return self.head(self.readout(state.probs) * self.concept_keep)
 
     # ------------------------------------------------- intervention-engine hooks (see cbm.models.hooks)
     def _plain_cbm_contract(self) -> bool:
@@ -52,7 +60,7 @@ class CBM(ConceptModel):
         if not self._plain_cbm_contract() or not isinstance(self.head, nn.Linear):
             return None
         w = self.head.weight * self.concept_keep  # [C, m]
-        p = state.probs
+        p = self.readout(state.probs)
         dv = torch.stack([-p, 1.0 - p], dim=2)  # [B, m, 2]: v - p
         return self.predict(state), dv[..., None] * w.T[None, :, None, :]
 
@@ -67,7 +75,7 @@ class CBM(ConceptModel):
         if split is None:
             return super().pair_logits(state, pairs)
         first, rest = split
-        p = state.probs
+        p = self.readout(state.probs)
         move = (first.weight * self.concept_keep).T.unsqueeze(0)  # [1, m, F]
         return additive_pair_logits(first(p * self.concept_keep), move, p, pairs, rest)
 
@@ -89,7 +97,7 @@ class CBM(ConceptModel):
         if self.cfg.training == "independent":
             return self.head(batch["c"] * self.concept_keep)
         if self.cfg.training == "sequential":
-            return self.head(state.probs.detach() * self.concept_keep)
+            return self.head(self.readout(state.probs.detach()) * self.concept_keep)
         return self.predict(state)
 
     def compute_losses(self, batch: Batch):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 BACKBONES = ("auto", "cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
 CONCEPT_INPUTS = ("features", "hint", "hint_detached")
+CONCEPT_READOUTS = ("soft", "hard")
 
 
 @dataclass
@@ -86,6 +87,10 @@ class ModelConfig:
     #: the backbone and the hint layer then train as a CBM's, from the hint and auxiliary losses).
     #: Without such a layer all three mean the features.
     concept_input: str = "features"
+    #: CBM: what the head reads, ``soft`` (the concept probabilities) or ``hard`` (``1[p > 0.5]``, Koh
+    #: et al.'s hard CBM; sequential / joint training pass the gradient straight through). A hard
+    #: head cannot hedge on an unreadable concept: a chance-level detector costs its full error.
+    concept_readout: str = "soft"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -99,6 +104,8 @@ class ModelConfig:
             raise ValueError("model.sequential_concept_fraction must be in (0, 1)")
         if self.concept_input not in CONCEPT_INPUTS:
             raise ValueError(f"model.concept_input must be one of {CONCEPT_INPUTS}, got '{self.concept_input}'")
+        if self.concept_readout not in CONCEPT_READOUTS:
+            raise ValueError(f"model.concept_readout must be one of {CONCEPT_READOUTS}, got '{self.concept_readout}'")
 
 
 # ------------------------------------------------------------------ per-architecture schemas

@@ -14,15 +14,11 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
 
-from cbm.config.train import TrainConfig
+from cbm.config.train import CHECKPOINT_MONITORS, TrainConfig
 from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
 
 log = logging.getLogger("cbm.train")
-
-#: Checkpoint / early-stopping metric: the validation task loss keeps improving after the
-#: accuracy saturates (ties in accuracy would keep an under-trained early epoch).
-MONITOR = "val/task_loss"
 
 
 def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger]:
@@ -113,11 +109,12 @@ def progress_bar_wanted(setting: bool | str) -> bool:
 
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
+    monitor, mode = CHECKPOINT_MONITORS[t.checkpoint_monitor]
     callbacks: list[Callback] = [
-        ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=MONITOR, mode="min", save_last=True)
+        ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=monitor, mode=mode, save_last=True)
     ]
     if t.early_stopping_patience > 0:
-        callbacks.append(EarlyStopping(monitor=MONITOR, mode="min", patience=t.early_stopping_patience))
+        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=t.early_stopping_patience))
     bar = progress_bar_wanted(t.enable_progress_bar)
     callbacks += [EpochSeeding(cfg.seed), *([] if bar else [EpochLine()]), *(extra_callbacks or [])]
     quiet_lightning()
