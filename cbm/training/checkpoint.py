@@ -22,10 +22,41 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     and loads that never unpickle code (``weights_only=True``)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
-        atomic_write(Path(path), lambda f: torch.save(checkpoint, f))
+        atomic_write(Path(path), lambda f: _save_reporting_os_errors(checkpoint, f))
 
     def load_checkpoint(self, path: Any, map_location: Any | None = None, weights_only: bool | None = None) -> dict:
         return read_checkpoint(path, map_location or "cpu")
+
+
+class _RecordingFile:
+    """A binary file that remembers the ``OSError`` of a failed write (delegating everything else)."""
+
+    def __init__(self, f: Any):
+        self._f = f
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def _save_reporting_os_errors(checkpoint: dict[str, Any], f: Any) -> None:
+    """``torch.save`` into ``f``; torch's zip writer turns a failed file write (full disk, file-size
+    limit) into a RuntimeError about stream positions: raise the write's own OSError instead, which
+    the atomic write path turns into one clear line."""
+    rec = _RecordingFile(f)
+    try:
+        torch.save(checkpoint, rec)
+    except RuntimeError:
+        if rec.error is not None:
+            raise rec.error from None
+        raise
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -103,3 +103,23 @@ def test_eight_parallel_intervene_runs_keep_eight_result_directories(tmp_path):
     seeds = sorted(int(next(ln for ln in (d / "results.json").read_text().splitlines() if '"seed"' in ln).split(":")[1].strip(" ,"))
                    for d in dirs)  # fmt: skip
     assert seeds == list(range(8))
+
+
+def test_checkpoint_write_failure_inside_torch_save_is_the_os_error():
+    """torch's zip writer wraps a failed write in a RuntimeError; the checkpoint path re-raises the
+    write's own OSError (which the atomic write turns into one line naming the file)."""
+    import io
+
+    import torch
+
+    from cbm.training.checkpoint import _save_reporting_os_errors
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            if self.tell() + len(memoryview(data)) > 4096:
+                raise OSError(27, "File too large")
+            return super().write(data)
+
+    with pytest.raises(OSError, match="File too large") as caught:
+        _save_reporting_os_errors({"w": torch.zeros(50_000)}, Full())
+    assert caught.type is OSError and caught.value.errno == 27
