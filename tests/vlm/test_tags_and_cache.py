@@ -1,0 +1,60 @@
+"""Tag parsing error kinds and the reply cache (keys, hits, corrupt entries, atomic files)."""
+
+import json
+
+import pytest
+
+from cbm.vlm import ReplyCache, cache_key, parse_choice, parse_tag
+
+
+@pytest.mark.parametrize(
+    ("reply", "value", "kind"),
+    [
+        ("I think <answer>Yes</answer>.", "Yes", None),
+        ('<answer concept="knees">  no </answer>', "no", None),
+        ("<ANSWER>yes</answer> and again <answer>yes</answer>", "yes", None),  # same value twice: fine
+        ("the answer is yes", None, "missing"),
+        (None, None, "missing"),
+        ("<answer>yes, because the knees", None, "unclosed"),
+        ("<answer>   </answer>", None, "empty"),
+        ("<answer>yes</answer><answer>no</answer>", None, "conflicting"),
+    ],
+)
+def test_parse_tag_error_kinds(reply, value, kind):
+    r = parse_tag(reply, "answer")
+    assert r.value == value
+    assert (r.error.kind if r.error else None) == kind
+    assert r.ok == (kind is None)
+
+
+def test_parse_choice_options_and_aliases():
+    assert parse_choice("<answer>YES.</answer>", "answer", ["yes", "no"]).value == "yes"
+    assert parse_choice("<answer>true</answer>", "answer", ["yes", "no"], {"true": "yes"}).value == "yes"
+    r = parse_choice("<answer>maybe</answer>", "answer", ["yes", "no"])
+    assert r.value is None and r.error.kind == "not_in_options" and "maybe" in str(r.error)
+    assert parse_choice("no tag", "answer", ["yes", "no"]).error.kind == "missing"
+
+
+def test_cache_key_is_canonical_and_sensitive():
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    a = cache_key("m", msgs, {"temperature": 0, "max_tokens": 5})
+    assert a == cache_key("m", json.loads(json.dumps(msgs)), {"max_tokens": 5, "temperature": 0})  # key order irrelevant
+    assert len({a, cache_key("m2", msgs, {"temperature": 0, "max_tokens": 5}),
+                cache_key("m", msgs, {"temperature": 0.5, "max_tokens": 5}),
+                cache_key("m", [{"role": "user", "content": "hi!"}], {"temperature": 0, "max_tokens": 5})}) == 4  # fmt: skip
+
+
+def test_reply_cache_hits_misses_and_corrupt_entries(tmp_path):
+    cache = ReplyCache(tmp_path / "replies")
+    key = cache_key("m", [{"role": "user", "content": "q"}], {})
+    assert cache.get(key) is None and cache.misses == 1
+    path = cache.put(key, {"text": "<answer>yes</answer>", "usage": {"prompt_tokens": 3}})
+    assert path.parent.name == key[:2] and not list(path.parent.glob("*.tmp"))
+    assert cache.get(key)["text"] == "<answer>yes</answer>" and cache.hits == 1
+    path.write_text('{"text": "trunc')  # a torn write from some other tool: a miss, not a crash
+    assert cache.get(key) is None
+    other = cache_key("m", [{"role": "user", "content": "other"}], {})
+    path.write_text(json.dumps({"key": other, "text": "x"}))  # an entry for another key: a miss
+    assert cache.get(key) is None
+    cache.put(key, {"text": "again"})
+    assert cache.get(key)["text"] == "again"
