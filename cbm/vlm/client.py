@@ -1,0 +1,155 @@
+"""One chat client for hosted and local vision-language models.
+
+:class:`ChatClient` puts the same things around either backend: the disk cache of replies (a
+rerun sends nothing; an interrupted run resumes, every reply being on disk when it arrives),
+retries with backoff honouring ``Retry-After``, a concurrency limit, and per-run token / cost
+accounting. ``chat`` returns a :class:`Reply` or raises one :class:`ChatError` line; ``map`` runs
+many requests concurrently and returns each one's reply *or* error, so one failure never stops
+a sweep. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` intervener.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Protocol
+
+from cbm.vlm.cache import ReplyCache, cache_key
+from cbm.vlm.config import ClientConfig
+from cbm.vlm.messages import user_message
+from cbm.vlm.reply import ChatError, Reply
+from cbm.vlm.retry import RetryPolicy
+from cbm.vlm.usage import Usage
+
+log = logging.getLogger("cbm.vlm")
+
+Messages = list[dict[str, Any]]
+
+
+class Backend(Protocol):
+    model: str
+
+    def complete(self, messages: Messages, params: dict[str, Any]) -> Reply: ...
+
+
+def make_backend(cfg: ClientConfig, http_client: Any | None = None) -> Backend:
+    """The backend ``cfg.backend`` names (imports its heavy dependencies only then)."""
+    if cfg.backend == "openai":
+        from cbm.vlm.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(cfg, http_client=http_client)
+    from cbm.vlm.local_backend import LocalHFBackend
+
+    return LocalHFBackend(cfg)
+
+
+class ChatClient:
+    """Cache + retries + concurrency limit + accounting around a :class:`Backend`.
+
+    Parameters
+    ----------
+    cfg : the client's settings.
+    backend : optional ready backend (default: built from ``cfg``).
+    sleep : the function that waits between retries (tests pass a recorder).
+    """
+
+    def __init__(self, cfg: ClientConfig, backend: Backend | None = None, sleep: Callable[[float], None] = time.sleep,
+                 http_client: Any | None = None):  # fmt: skip
+        self.cfg = cfg
+        self.backend = backend if backend is not None else make_backend(cfg, http_client=http_client)
+        self.cache = ReplyCache(Path(cfg.cache_dir).expanduser()) if cfg.cache_dir else None
+        self.retry = RetryPolicy(cfg.max_retries, cfg.backoff_s, cfg.max_wait_s)
+        self.usage = Usage(cfg.price_in_per_mtok, cfg.price_out_per_mtok)
+        self._sleep = sleep
+        self._slots = threading.BoundedSemaphore(cfg.concurrency)
+        self._rng = random.Random(0)
+
+    @property
+    def model(self) -> str:
+        return self.cfg.model
+
+    def messages(self, prompt: str, images: Sequence[Any] = ()) -> Messages:
+        """The configured system prompt (if any) and one user turn with ``images`` then ``prompt``."""
+        out: Messages = [{"role": "system", "content": self.cfg.system}] if self.cfg.system else []
+        return [*out, user_message(prompt, list(images))]
+
+    def key(self, messages: Messages, params: dict[str, Any] | None = None) -> str:
+        return cache_key(self.cfg.model, messages, {**self.cfg.params(), **(params or {})})
+
+    def chat(self, messages: Messages, **params: Any) -> Reply:
+        """One request (``params`` override the configured sampling parameters): the cached
+        reply if there is one, else the backend's, retried per the policy; raises :class:`ChatError`."""
+        full = {**self.cfg.params(), **params}
+        key = cache_key(self.cfg.model, messages, full)
+        if self.cache is not None:
+            entry = self.cache.get(key)
+            if entry is not None:
+                reply = Reply.from_json(entry["reply"])
+                self.usage.add_reply(reply)
+                return reply
+        reply = self._send(messages, full)
+        if self.cache is not None:
+            self.cache.put(key, {"model": self.cfg.model, "params": full, "reply": reply.to_json()})
+        self.usage.add_reply(reply)
+        return reply
+
+    def _send(self, messages: Messages, params: dict[str, Any]) -> Reply:
+        attempt = 0
+        while True:
+            try:
+                with self._slots:
+                    return self.backend.complete(messages, params)
+            except ChatError as err:
+                retryable = err.kind in ("timeout", "transport") or (err.kind == "http" and self.retry.should_retry(attempt, err.status))
+                if not retryable or attempt >= self.retry.max_retries:
+                    err.attempts = attempt + 1
+                    self.usage.add_failure(err.kind)
+                    raise
+                wait = self.retry.wait_s(attempt, err.retry_after, rng=self._rng)
+                log.info("chat: %s; retry %d/%d in %.1f s", err, attempt + 1, self.retry.max_retries, wait)
+                self.usage.add_retry()
+                self._sleep(wait)
+                attempt += 1
+
+    def try_chat(self, messages: Messages, **params: Any) -> Reply | ChatError:
+        """:meth:`chat`, returning the error instead of raising it."""
+        try:
+            return self.chat(messages, **params)
+        except ChatError as err:
+            return err
+
+    def map(self, requests: Sequence[Messages], progress: bool | None = None, desc: str = "chat", **params: Any) -> list[Reply | ChatError]:
+        """Every request, ``cfg.concurrency`` at a time, in input order; each result a reply or its
+        error. A progress bar shows on a terminal (``progress=None``) or when asked."""
+        from tqdm.auto import tqdm
+
+        results: list[Reply | ChatError] = [None] * len(requests)  # type: ignore[list-item]
+        bar = tqdm(total=len(requests), desc=desc, disable=(not _isatty()) if progress is None else not progress, leave=False)
+        with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
+            futures = {pool.submit(self.try_chat, m, **params): i for i, m in enumerate(requests)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                bar.update(1)
+        bar.close()
+        return results
+
+    def ask(self, prompt: str, image: Any | None = None) -> str:
+        """The ``llm`` intervener's interface: one user turn (with the image if given) -> reply text."""
+        return self.chat(self.messages(prompt, [] if image is None else [image])).text
+
+
+def _isatty() -> bool:
+    import sys
+
+    return sys.stderr.isatty()
+
+
+def make_client(**settings: Any) -> ChatClient:
+    """A :class:`ChatClient` from plain settings (``ClientConfig`` fields): the factory the ``llm``
+    intervener's ``client: cbm.vlm.client:make_client`` names, with ``client_kwargs`` as settings."""
+    return ChatClient(ClientConfig.from_mapping(settings))

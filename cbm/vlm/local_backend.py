@@ -1,0 +1,83 @@
+"""Local Hugging Face vision-language models through the same interface as hosted ones: the
+model directory's processor and chat template, ``generate`` (greedy at temperature 0), the new
+tokens decoded. Loads from disk only (``local_files_only``): no downloads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cbm.vlm.config import ClientConfig
+from cbm.vlm.messages import decode_image_part
+from cbm.vlm.reply import ChatError, Reply
+
+
+def to_hf_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """OpenAI-format messages -> (chat-template messages with ``{"type": "image"}`` placeholders,
+    the decoded PIL images in order)."""
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append({"role": m["role"], "content": [{"type": "text", "text": content}]})
+            continue
+        parts = []
+        for part in content or []:
+            if part.get("type") == "image_url":
+                images.append(decode_image_part(part).convert("RGB"))
+                parts.append({"type": "image"})
+            elif part.get("type") == "text":
+                parts.append({"type": "text", "text": part["text"]})
+            else:
+                raise ChatError("malformed", f"local backend: unsupported content part type {part.get('type')!r}")
+        out.append({"role": m["role"], "content": parts})
+    return out, images
+
+
+class LocalHFBackend:
+    """``complete(messages, params) -> Reply`` with a local ``AutoModelForImageTextToText``.
+
+    Generation is serialised by a lock (one model, one forward at a time); ``params`` reads
+    ``temperature`` (0: greedy), ``max_tokens`` and ``seed``."""
+
+    def __init__(self, cfg: ClientConfig):
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        path = Path(cfg.model).expanduser()
+        self.model = str(path)
+        self._torch = torch
+        try:
+            self.processor = AutoProcessor.from_pretrained(path, local_files_only=True)
+            dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+            self.net = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True, dtype=dtype)
+        except (OSError, ValueError, KeyError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"client.model: cannot load a vision-language model from '{path}': {first}") from None
+        device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        self.net.to(device).eval()
+        self.device = device
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
+        torch = self._torch
+        hf_messages, images = to_hf_messages(messages)
+        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False)
+        inputs = self.processor(text=[prompt], images=images or None, return_tensors="pt").to(self.device)
+        temperature = float(params.get("temperature", 0.0))
+        gen: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens", 256)), "do_sample": temperature > 0}
+        if temperature > 0:
+            gen["temperature"] = temperature
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            if "seed" in params:
+                torch.manual_seed(int(params["seed"]))
+            out = self.net.generate(**inputs, **gen)
+        n_in = int(inputs["input_ids"].shape[1])
+        new = out[0, n_in:]
+        text = self.processor.batch_decode(new[None], skip_special_tokens=True)[0]
+        finish = "length" if len(new) >= gen["max_new_tokens"] else "stop"
+        return Reply(text=text, model=self.model, prompt_tokens=n_in, completion_tokens=int(len(new)),
+                     finish_reason=finish, latency_s=time.perf_counter() - t0)  # fmt: skip

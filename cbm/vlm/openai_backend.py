@@ -1,0 +1,74 @@
+"""Hosted models through the ``openai`` SDK: any OpenAI-compatible chat-completions endpoint
+(OpenAI, OpenRouter, vLLM, a local server) with a configurable base URL, key and headers.
+
+One attempt per call: the SDK's own retries are off (``max_retries=0``) so that
+:class:`cbm.vlm.client.ChatClient` owns retries, backoff and ``Retry-After`` in one place, and
+every SDK failure becomes a :class:`ChatError` of a known kind."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from cbm.vlm.config import ClientConfig
+from cbm.vlm.reply import ChatError, Reply
+
+#: Fields in which endpoints return the reasoning text (OpenRouter: ``reasoning``; vLLM, DeepSeek:
+#: ``reasoning_content``).
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+#: Key sent when the environment holds none (local servers accept any key).
+NO_KEY = "not-needed"
+
+
+class OpenAIBackend:
+    """``complete(messages, params) -> Reply`` over ``POST {base_url}/chat/completions``."""
+
+    def __init__(self, cfg: ClientConfig, http_client: Any | None = None):
+        import openai
+
+        self._openai = openai
+        self.model = cfg.model
+        key = os.environ.get(cfg.api_key_env) or NO_KEY
+        self._client = openai.OpenAI(
+            api_key=key, base_url=cfg.base_url, default_headers=cfg.headers or None, timeout=cfg.timeout_s,
+            max_retries=0, http_client=http_client,
+        )  # fmt: skip
+
+    def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
+        oa = self._openai
+        t0 = time.perf_counter()
+        try:
+            resp = self._client.chat.completions.create(model=self.model, messages=messages, **params)
+        except oa.APITimeoutError as err:
+            raise ChatError("timeout", f"request timed out ({err})") from None
+        except oa.APIConnectionError as err:
+            raise ChatError("transport", f"cannot reach the endpoint ({err.__cause__ or err})") from None
+        except oa.APIStatusError as err:
+            body = getattr(err, "message", "") or ""
+            raise ChatError("http", f"HTTP {err.status_code}: {body}", status=err.status_code,
+                            retry_after=err.response.headers.get("retry-after")) from None  # fmt: skip
+        except (oa.APIResponseValidationError, ValueError) as err:  # ValueError: a body that is not JSON
+            raise ChatError("malformed", f"reply is not a chat completion ({type(err).__name__}: {err})") from None
+        return _to_reply(resp, self.model, time.perf_counter() - t0)
+
+
+def _to_reply(resp: Any, model: str, latency_s: float) -> Reply:
+    """A :class:`Reply` from an SDK response; anything that is not a chat completion with a message
+    (a plain string, no choices, no content) is a ``malformed`` :class:`ChatError`."""
+    choices = getattr(resp, "choices", None)
+    if not choices:
+        shown = resp if isinstance(resp, str) else type(resp).__name__
+        raise ChatError("malformed", f"reply has no choices: {str(shown)[:120]!r}")
+    msg = getattr(choices[0], "message", None)
+    text = getattr(msg, "content", None)
+    if msg is None or (text is None and not getattr(msg, "refusal", None)):
+        raise ChatError("malformed", "reply's first choice has no message content")
+    extra = getattr(msg, "model_extra", None) or {}
+    reasoning = next((extra[f] for f in REASONING_FIELDS if isinstance(extra.get(f), str)), None)
+    usage = getattr(resp, "usage", None)
+    return Reply(
+        text=text if text is not None else "", model=getattr(resp, "model", None) or model, reasoning=reasoning,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0), completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        finish_reason=getattr(choices[0], "finish_reason", None), latency_s=latency_s,
+    )  # fmt: skip

@@ -1,0 +1,117 @@
+"""A tiny randomly initialised vision-language model (Qwen2-VL architecture) with its processor,
+built from configs and saved as a normal model directory: the local backend, EDCT and
+fine-tuning run on it end to end with no downloads (tests, CI, smoke runs). Its replies are
+random text; what it exercises is the real loading, chat-template, image and generation path.
+
+The tokenizer is character level (printable ASCII + the model's special tokens), so any prompt
+tokenizes without a trained vocabulary.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+UNK = "<unk>"
+#: Qwen-style chat template: images as ``<|vision_start|><|image_pad|><|vision_end|>`` placeholders
+#: (the processor expands each to the image's patch tokens).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyVLMConfig:
+    """Sizes of the tiny model; ``image_px`` fixes the processor's pixel budget (min = max)."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 128
+    vision_width: int = 32
+    vision_layers: int = 2
+    image_px: int = 56
+    max_positions: int = 8192
+    seed: int = 0
+
+
+def char_vocab() -> dict[str, int]:
+    """Special tokens, then printable characters (no vertical tab / form feed), then ``<unk>``."""
+    chars = [c for c in string.printable if c not in "\x0b\x0c"]
+    return {t: i for i, t in enumerate([*SPECIAL_TOKENS, *chars, UNK])}
+
+
+def build_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` with the chat template."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(char_vocab(), unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=UNK, pad_token=SPECIAL_TOKENS[0], eos_token="<|im_end|>",
+                                   additional_special_tokens=list(SPECIAL_TOKENS[1:]))  # fmt: skip
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny_vlm(path: str | Path, cfg: TinyVLMConfig = TinyVLMConfig()) -> Path:
+    """Build the tiny Qwen2-VL and its processor and save both to ``path`` (returned)."""
+    import torch
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    vocab = char_vocab()
+    tok = build_tokenizer()
+    pixels = cfg.image_px * cfg.image_px
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels), tokenizer=tok,
+                            video_processor=Qwen2VLVideoProcessor(), chat_template=CHAT_TEMPLATE)  # fmt: skip
+    head_dim = cfg.hidden // cfg.heads
+    half = head_dim // 2  # mrope sections (temporal, height, width) must sum to head_dim / 2
+    section = [half - 2 * (half // 3), half // 3, half // 3]
+    eos, pad = vocab["<|im_end|>"], vocab[SPECIAL_TOKENS[0]]
+    text = dict(vocab_size=len(vocab), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate, num_hidden_layers=cfg.layers,
+                num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
+                rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 10000.0},
+                bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)  # fmt: skip
+    vision = dict(depth=cfg.vision_layers, embed_dim=cfg.vision_width, hidden_size=cfg.hidden, num_heads=2, mlp_ratio=2,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_chans=3)  # fmt: skip
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=vocab["<|image_pad|>"], video_token_id=vocab["<|video_pad|>"],
+                           vision_start_token_id=vocab["<|vision_start|>"], vision_end_token_id=vocab["<|vision_end|>"],
+                           bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)  # fmt: skip
+    torch.manual_seed(cfg.seed)
+    model = Qwen2VLForConditionalGeneration(config)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    path = Path(path)
+    model.save_pretrained(path)
+    proc.save_pretrained(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cbm.vlm.tiny DIR``: write the tiny model to DIR (for ``client=local client.model=DIR``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m cbm.vlm.tiny", description="Write a tiny random Qwen2-VL (no downloads) to DIR.")
+    ap.add_argument("dir")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    print(build_tiny_vlm(args.dir, TinyVLMConfig(seed=args.seed)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,219 @@
+"""The chat client against a real HTTP server on loopback speaking the chat-completions protocol
+(pytest-httpserver) and against mocked transports: images, sampling parameters, retries with
+Retry-After, timeouts, malformed replies, the cache (no second request), resume, concurrency,
+accounting; and the local backend generating with a tiny random VLM built from a config."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx2
+import numpy as np
+import pytest
+from werkzeug import Response
+
+from cbm.vlm.client import ChatClient, make_client
+from cbm.vlm.config import ClientConfig
+from cbm.vlm.messages import DATA_URL_PREFIX, decode_image_part
+from cbm.vlm.reply import ChatError
+
+PATH = "/v1/chat/completions"
+
+
+def completion(text: str, prompt_tokens: int = 10, completion_tokens: int = 5, reasoning: str | None = None) -> dict:
+    msg = {"role": "assistant", "content": text}
+    if reasoning is not None:
+        msg["reasoning"] = reasoning
+    return {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}  # fmt: skip
+
+
+def client_for(server, tmp_path, sleeps: list | None = None, **over) -> ChatClient:
+    settings = dict(backend="openai", model="m", base_url=server.url_for("/v1"), cache_dir=str(tmp_path / "cache"), max_retries=3, backoff_s=0.0)
+    settings.update(over)
+    return ChatClient(ClientConfig(**settings), sleep=(sleeps.append if sleeps is not None else lambda s: None))
+
+
+def test_request_carries_image_params_and_headers(httpserver, tmp_path, monkeypatch):
+    monkeypatch.setenv("CBM_TEST_KEY", "sk-test")
+    httpserver.expect_request(PATH, method="POST").respond_with_json(completion("<answer>yes</answer>", reasoning="thought"))
+    c = client_for(httpserver, tmp_path, api_key_env="CBM_TEST_KEY", headers={"X-Title": "cbm"}, reasoning_effort="low", max_tokens=64, system="Be brief.")
+    img = np.zeros((8, 6, 3), np.uint8)
+    img[2, 3] = (255, 0, 0)
+    reply = c.chat(c.messages("Is there a red pixel?", [img]))
+    assert reply.text == "<answer>yes</answer>" and reply.reasoning == "thought"
+    assert (reply.prompt_tokens, reply.completion_tokens, reply.cached) == (10, 5, False)
+    (req, _), = httpserver.log
+    body = json.loads(req.data)
+    assert req.headers["Authorization"] == "Bearer sk-test" and req.headers["X-Title"] == "cbm"
+    assert body["model"] == "m" and body["temperature"] == 0.0 and body["max_tokens"] == 64 and body["reasoning_effort"] == "low"
+    system, user = body["messages"]
+    assert system == {"role": "system", "content": "Be brief."}
+    image, text = user["content"]
+    assert text == {"type": "text", "text": "Is there a red pixel?"}
+    assert image["image_url"]["url"].startswith(DATA_URL_PREFIX)
+    np.testing.assert_array_equal(np.asarray(decode_image_part(image)), img)  # lossless: exact pixels travel
+
+
+def test_retries_429_and_500_honouring_retry_after(httpserver, tmp_path):
+    answers = [Response("slow down", status=429, headers={"Retry-After": "7"}), Response("oops", status=500),
+               Response(json.dumps(completion("ok")), status=200, content_type="application/json")]  # fmt: skip
+    httpserver.expect_request(PATH).respond_with_handler(lambda req: answers.pop(0))
+    sleeps: list[float] = []
+    c = client_for(httpserver, tmp_path, sleeps, backoff_s=0.25, max_wait_s=60)
+    assert c.chat(c.messages("hi")).text == "ok"
+    assert len(httpserver.log) == 3 and c.usage.retries == 2
+    assert sleeps[0] == 7.0  # the server's Retry-After, not the backoff
+    assert 0.125 <= sleeps[1] <= 0.5  # backoff 0.25 * 2**1 with jitter in [0.5, 1]
+
+
+def test_retry_after_is_capped_and_attempts_bounded(httpserver, tmp_path):
+    httpserver.expect_request(PATH).respond_with_response(Response("busy", status=503, headers={"Retry-After": "3600"}))
+    sleeps: list[float] = []
+    c = client_for(httpserver, tmp_path, sleeps, max_retries=2, max_wait_s=5)
+    with pytest.raises(ChatError) as e:
+        c.chat(c.messages("hi"))
+    assert e.value.kind == "http" and e.value.status == 503 and e.value.attempts == 3
+    assert sleeps == [5.0, 5.0] and len(httpserver.log) == 3
+    assert c.usage.failures == {"http": 1}
+    assert "\n" not in str(e.value)
+
+
+def test_client_errors_are_not_retried(httpserver, tmp_path):
+    httpserver.expect_request(PATH).respond_with_json({"error": {"message": "bad model"}}, status=400)
+    c = client_for(httpserver, tmp_path)
+    with pytest.raises(ChatError, match="HTTP 400") as e:
+        c.chat(c.messages("hi"))
+    assert e.value.attempts == 1 and len(httpserver.log) == 1
+
+
+def test_timeout_is_retried_then_reported(httpserver, tmp_path):
+    def slow(req):
+        time.sleep(0.6)
+        return Response(json.dumps(completion("late")), content_type="application/json")
+
+    httpserver.expect_request(PATH).respond_with_handler(slow)
+    c = client_for(httpserver, tmp_path, timeout_s=0.15, max_retries=1)
+    t0 = time.perf_counter()
+    with pytest.raises(ChatError) as e:
+        c.chat(c.messages("hi"))
+    assert e.value.kind == "timeout" and e.value.attempts == 2
+    assert time.perf_counter() - t0 < 2.5
+    assert c.usage.failures == {"timeout": 1} and c.usage.retries == 1
+    deadline = time.monotonic() + 5  # let the server finish answering the abandoned requests
+    while len(httpserver.log) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(httpserver.log) == 2
+
+
+@pytest.mark.parametrize("body", ["this is not json", json.dumps({"id": "x", "choices": []}), json.dumps(completion("x") | {"choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]})])
+def test_malformed_replies_are_recorded_errors(httpserver, tmp_path, body):
+    httpserver.expect_request(PATH).respond_with_data(body, content_type="application/json")
+    c = client_for(httpserver, tmp_path)
+    out = c.try_chat(c.messages("hi"))
+    assert isinstance(out, ChatError) and out.kind == "malformed"
+    assert len(httpserver.log) == 1  # a server that answers garbage is not asked again
+    assert c.usage.failures == {"malformed": 1}
+    assert not list((tmp_path / "cache").rglob("*.json"))  # errors are never cached
+
+
+def test_cache_hit_on_rerun_sends_no_request(httpserver, tmp_path):
+    httpserver.expect_request(PATH).respond_with_json(completion("cached answer"))
+    first = client_for(httpserver, tmp_path)
+    assert first.chat(first.messages("q")).text == "cached answer"
+    again = client_for(httpserver, tmp_path)  # a new process: only the disk is shared
+    reply = again.chat(again.messages("q"))
+    assert reply.text == "cached answer" and reply.cached and len(httpserver.log) == 1
+    assert again.usage.to_json()["requests"] == 0 and again.usage.cache_hits == 1
+    assert again.chat(again.messages("q"), temperature=0.7).text == "cached answer" and len(httpserver.log) == 2  # other params: new key
+
+
+def test_map_resumes_after_interruption(httpserver, tmp_path):
+    broken = {"q2"}
+
+    def handler(req):
+        q = json.loads(req.data)["messages"][-1]["content"][-1]["text"]
+        if q in broken:
+            return Response("down", status=500)
+        return Response(json.dumps(completion(f"a-{q}")), content_type="application/json")
+
+    httpserver.expect_request(PATH).respond_with_handler(handler)
+    c = client_for(httpserver, tmp_path, max_retries=0)
+    requests = [c.messages(f"q{i}") for i in range(5)]
+    out = c.map(requests)
+    assert [o.text if not isinstance(o, ChatError) else o.kind for o in out] == ["a-q0", "a-q1", "http", "a-q3", "a-q4"]
+    assert len(httpserver.log) == 5
+    broken.clear()
+    rerun = client_for(httpserver, tmp_path, max_retries=0)
+    assert [o.text for o in rerun.map(requests)] == [f"a-q{i}" for i in range(5)]
+    assert len(httpserver.log) == 6 and rerun.usage.requests == 1 and rerun.usage.cache_hits == 4
+
+
+def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path):
+    lock, state = threading.Lock(), {"now": 0, "peak": 0, "n": 0}
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        with lock:
+            state["now"] += 1
+            state["n"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+            n = state["n"]
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        if n == 1:
+            raise httpx2.ConnectError("connection refused")  # a transport failure: retried
+        return httpx2.Response(200, json=completion("x", prompt_tokens=1000, completion_tokens=100))
+
+    cfg = ClientConfig(backend="openai", model="m", base_url="http://mock/v1", cache_dir=None, concurrency=2, backoff_s=0.0,
+                       price_in_per_mtok=2.0, price_out_per_mtok=10.0)  # fmt: skip
+    c = ChatClient(cfg, sleep=lambda s: None, http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    out = c.map([c.messages(f"q{i}") for i in range(6)])
+    assert all(o.text == "x" for o in out)
+    assert state["peak"] == 2 and state["n"] == 7
+    u = c.usage.to_json()
+    assert u["requests"] == 6 and u["retries"] == 1 and u["prompt_tokens"] == 6000 and u["completion_tokens"] == 600
+    assert u["cost_usd"] == pytest.approx((6000 * 2.0 + 600 * 10.0) / 1e6)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"backend": "grpc", "model": "m"}, "unknown backend 'grpc'"),
+        ({"model": ""}, "client.model: required"),
+        ({"backend": "local", "model": "/no/such/dir"}, "no model directory"),
+        ({"model": "m", "reasoning_effort": "max"}, "reasoning_effort"),
+        ({"model": "m", "concurrency": 0}, "concurrency"),
+        ({"model": "m", "timeout_s": 0}, "timeout_s"),
+        ({"model": "m", "tempreature": 0}, r"unknown setting\(s\) \['tempreature'\]"),
+    ],
+)
+def test_bad_settings_are_one_line(settings, match):
+    with pytest.raises(ValueError, match=match):
+        make_client(**settings)
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory):
+    from cbm.vlm.tiny import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+def test_local_backend_generates_with_tiny_vlm(tiny_vlm, tmp_path):
+    c = make_client(backend="local", model=str(tiny_vlm), cache_dir=str(tmp_path / "cache"), max_tokens=12)
+    img = (np.random.default_rng(0).random((40, 40, 3)) * 255).astype(np.uint8)
+    reply = c.chat(c.messages("Does this robot have knees?", [img]))
+    assert isinstance(reply.text, str) and reply.completion_tokens >= 1 and reply.completion_tokens <= 12
+    assert reply.prompt_tokens > len("Does this robot have knees?")  # text + image tokens
+    c2 = make_client(backend="local", model=str(tiny_vlm), cache_dir=None, max_tokens=12)
+    assert c2.chat(c2.messages("Does this robot have knees?", [img])).text == reply.text  # greedy: deterministic
+    assert c.ask("Does this robot have knees?", image=img) == reply.text and c.usage.cache_hits == 1
+
+
+def test_local_backend_refuses_a_directory_without_a_model(tmp_path):
+    with pytest.raises(ValueError, match="cannot load a vision-language model"):
+        make_client(backend="local", model=str(tmp_path), cache_dir=None)
