@@ -107,7 +107,7 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
             interveners, skipped = list(st.intervener), {}
             if "llm" in interveners and llm_client(st.overrides) is None:
                 interveners.remove("llm")
-                skipped["llm"] = "no LLM client configured (intervene.overrides: intervener.llm.client=<module:callable>)"
+                skipped["llm"] = "no LLM client configured (intervene.overrides: intervener.llm.client=cbm.vlm.client:make_client and its client_kwargs)"
             if interveners:
                 d = base / "intervene"
                 over = [f"checkpoint={tcell.dir}", f"intervener={_listing(interveners)}", f"policy={_listing(st.policy)}",
