@@ -145,14 +145,23 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
         GlobalHydra.instance().clear()
 
 
+#: Longest default shown in ``--help`` (prompt templates are summarised).
+HELP_VALUE_CHARS = 120
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= HELP_VALUE_CHARS else text[: HELP_VALUE_CHARS - 5] + " ...}"
+
+
 def help_text(prog: str, config_name: str, summary: str, examples: list[str]) -> str:
     cfg = OmegaConf.load(Path(CONF_DIR) / f"{config_name}.yaml")
     lines = [f"usage: {prog} [key=value ...] [group=option ...] [-m/--multirun]", "", summary, "", "config groups:"]
     for group in config_groups(config_name):
-        lines.append(f"  {group:<11} {', '.join(group_options(group))}")
+        lines.append(f"  {group:<11} {', '.join(group_options(group.split('@')[0]))}")
     if (Path(CONF_DIR) / config_name).is_dir():  # presets of the app itself, added with +<name>=
         lines.append(f"  +{config_name:<10} {', '.join(group_options(config_name))}")
-    settings = [f"{k}={OmegaConf.to_container(cfg, resolve=False).get(k)!r}" for k in cfg if k not in ("defaults", "hydra")]
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    settings = [f"{k}={_short(repr(raw.get(k)))}" for k in cfg if k not in ("defaults", "hydra")]
     lines += ["", "settings (defaults): " + "  ".join(settings), "", "examples:"]
     lines += [f"  {prog} {e}" for e in examples]
     lines += [

@@ -138,6 +138,21 @@ class ChatClient:
         bar.close()
         return results
 
+    def score(self, messages: Messages, prefix: str, options: Sequence[str]) -> list[float]:
+        """Log-probability of each option after the assistant ``prefix`` (backends with ``score``:
+        the local one); cached like replies."""
+        scorer = getattr(self.backend, "score", None)
+        if scorer is None:
+            raise ValueError(f"client.backend={self.cfg.backend} cannot score options (use backend=local, or generate)")
+        key = cache_key(self.cfg.model, messages, {"score": list(options), "prefix": prefix})
+        if self.cache is not None and (entry := self.cache.get(key)) is not None:
+            return [float(v) for v in entry["scores"]]
+        with self._slots:
+            scores = scorer(messages, prefix, list(options))
+        if self.cache is not None:
+            self.cache.put(key, {"model": self.cfg.model, "scores": scores})
+        return scores
+
     def ask(self, prompt: str, image: Any | None = None) -> str:
         """The ``llm`` intervener's interface: one user turn (with the image if given) -> reply text."""
         return self.chat(self.messages(prompt, [] if image is None else [image])).text

@@ -61,11 +61,17 @@ class LocalHFBackend:
         self.device = device
         self._lock = threading.Lock()
 
-    def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
-        torch = self._torch
+    def _inputs(self, messages: list[dict[str, Any]], prefix: str = "", continuation: str = "") -> Any:
         hf_messages, images = to_hf_messages(messages)
         prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False)
-        inputs = self.processor(text=[prompt], images=images or None, return_tensors="pt").to(self.device)
+        return self.processor(text=[prompt + prefix + continuation], images=images or None, return_tensors="pt").to(self.device)
+
+    def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
+        """Generate the assistant turn; ``params["prefix"]`` (local only) starts it with fixed text,
+        which the reply includes."""
+        torch = self._torch
+        prefix = str(params.get("prefix", ""))
+        inputs = self._inputs(messages, prefix)
         temperature = float(params.get("temperature", 0.0))
         gen: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens", 256)), "do_sample": temperature > 0}
         if temperature > 0:
@@ -77,7 +83,22 @@ class LocalHFBackend:
             out = self.net.generate(**inputs, **gen)
         n_in = int(inputs["input_ids"].shape[1])
         new = out[0, n_in:]
-        text = self.processor.batch_decode(new[None], skip_special_tokens=True)[0]
+        text = prefix + self.processor.batch_decode(new[None], skip_special_tokens=True)[0]
         finish = "length" if len(new) >= gen["max_new_tokens"] else "stop"
         return Reply(text=text, model=self.model, prompt_tokens=n_in, completion_tokens=int(len(new)),
                      finish_reason=finish, latency_s=time.perf_counter() - t0)  # fmt: skip
+
+    def score(self, messages: list[dict[str, Any]], prefix: str, options: list[str]) -> list[float]:
+        """Sum of log-probabilities of each option's tokens after the assistant turn's ``prefix``:
+        a constrained choice for models too weak (or too small) to follow a reply format."""
+        torch = self._torch
+        base = int(self._inputs(messages, prefix)["input_ids"].shape[1])
+        out = []
+        with self._lock, torch.inference_mode():
+            for option in options:
+                inputs = self._inputs(messages, prefix, option)
+                logp = torch.log_softmax(self.net(**inputs).logits[0, :-1].float(), dim=-1)
+                ids = inputs["input_ids"][0, 1:]
+                picked = logp.gather(1, ids[:, None])[:, 0]
+                out.append(float(picked[base - 1 :].sum()))
+        return out

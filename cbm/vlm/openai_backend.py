@@ -37,6 +37,8 @@ class OpenAIBackend:
 
     def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
         oa = self._openai
+        if "prefix" in params:
+            raise ValueError("an assistant prefix is only supported by the local backend")
         t0 = time.perf_counter()
         try:
             resp = self._client.chat.completions.create(model=self.model, messages=messages, **params)

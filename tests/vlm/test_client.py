@@ -217,3 +217,16 @@ def test_local_backend_generates_with_tiny_vlm(tiny_vlm, tmp_path):
 def test_local_backend_refuses_a_directory_without_a_model(tmp_path):
     with pytest.raises(ValueError, match="cannot load a vision-language model"):
         make_client(backend="local", model=str(tmp_path), cache_dir=None)
+
+
+def test_local_backend_prefix_and_option_scoring(tiny_vlm, tmp_path):
+    c = make_client(backend="local", model=str(tiny_vlm), cache_dir=str(tmp_path / "cache"), max_tokens=5)
+    msgs = c.messages("Glorp or Drent?", [np.zeros((30, 30, 3), np.uint8)])
+    reply = c.chat(msgs, prefix="<answer>")
+    assert reply.text.startswith("<answer>") and reply.completion_tokens == 5
+    scores = c.score(msgs, "<answer>", ["Glorp", "Drent"])
+    assert len(scores) == 2 and all(s < 0 for s in scores) and scores[0] != scores[1]
+    assert make_client(backend="local", model=str(tiny_vlm), cache_dir=None).score(msgs, "<answer>", ["Glorp", "Drent"]) == pytest.approx(scores)
+    assert c.score(msgs, "<answer>", ["Glorp", "Drent"]) == scores and c.usage.cache_hits == 0  # scores cached on disk too
+    with pytest.raises(ValueError, match="cannot score options"):
+        make_client(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=None).score(msgs, "", ["a"])

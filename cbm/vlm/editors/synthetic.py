@@ -186,6 +186,9 @@ class RobotEditor:
     result records ``changed["visible"] = False``.
     """
 
+    #: Its masks are the true changed pixels (EDCT records the verifier's verdict instead of gating on it).
+    exact = True
+
     def __init__(self, cfg: RobotConfig | Mapping[str, Any] | None = None, *, strict: bool = True):
         self.cfg = _robot_config(cfg)
         self.strict = strict
@@ -345,6 +348,8 @@ class SudokuEditor:
     without pixel noise (inside the cell's box unless the config blurs); ``strict`` as in
     :class:`RobotEditor`.
     """
+
+    exact = True
 
     def __init__(self, cfg: SudokuConfig | Mapping[str, Any] | None = None, *, strict: bool = True):
         self.cfg = _sudoku_config(cfg)

@@ -1,0 +1,137 @@
+"""EDCT scores over items and their edit chains, with uncertainty.
+
+Per edit step the judge gives Answer Consistency (AC) and Explanation Faithfulness (EF), both
+binary, and a 1-5 rubric score. An item's **CCS** (counterfactual consistency score) is the mean
+over its chain of ``AC * EF``; the dataset's CCS is the mean over items, with a 95% percentile
+bootstrap CI over items (``scipy.stats.bootstrap``). **Graded CCS** replaces ``AC * EF`` by the
+rubric ``(score - 1) / 4``. The split by what the edit did to the model's answer: **PCS**
+(positive consistency: steps whose answer changed) and **NCC** (negative: steps whose answer
+stayed), each the mean of ``AC * EF`` over its steps. With exact (synthetic) editors the
+ground truth is known, so the same scores are also split by whether the edit changes the true
+label, and the rate at which the model's answer moves exactly when the true label moves is
+reported. Rates (AC, EF, judge-vs-judge agreement) come with Wilson intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean with its interval (``nan`` when there is nothing to estimate) over ``n`` units."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+
+    def fmt(self, scale: float = 1.0, digits: int = 3) -> str:
+        if self.n == 0 or np.isnan(self.value):
+            return "n/a"
+        if np.isnan(self.low):
+            return f"{self.value * scale:.{digits}f} (n={self.n})"
+        return f"{self.value * scale:.{digits}f} [{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}] (n={self.n})"
+
+    def to_json(self) -> dict[str, Any]:
+        clean = (lambda v: None if np.isnan(v) else float(v))  # noqa: E731
+        return {"value": clean(self.value), "low": clean(self.low), "high": clean(self.high), "n": self.n}
+
+
+NAN = float("nan")
+
+
+def bootstrap_mean(values: Sequence[float], n_resamples: int = 2000, confidence: float = CONFIDENCE, seed: int = 0) -> Estimate:
+    """Mean of ``values`` with a percentile bootstrap CI (``nan`` bounds for fewer than 2 values or
+    no spread: the interval is then the point)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return Estimate(NAN, NAN, NAN, 0)
+    mean = float(x.mean())
+    if x.size < 2:
+        return Estimate(mean, NAN, NAN, 1)
+    if np.all(x == x[0]):
+        return Estimate(mean, mean, mean, int(x.size))
+    from scipy.stats import bootstrap
+
+    res = bootstrap((x,), np.mean, n_resamples=n_resamples, confidence_level=confidence, method="percentile",
+                    random_state=np.random.default_rng(seed), vectorized=True)  # fmt: skip
+    return Estimate(mean, float(res.confidence_interval.low), float(res.confidence_interval.high), int(x.size))
+
+
+def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> Estimate:
+    """A proportion with its Wilson score interval (``scipy.stats.binomtest``)."""
+    if n == 0:
+        return Estimate(NAN, NAN, NAN, 0)
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(successes), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
+    return Estimate(successes / n, float(ci.low), float(ci.high), int(n))
+
+
+def step_ok(step: dict[str, Any]) -> bool:
+    """A step that was edited, verified, re-queried and judged (AC and EF parsed)."""
+    j = step.get("judge") or {}
+    return step.get("status") == "judged" and j.get("ac") is not None and j.get("ef") is not None
+
+
+def _mean(xs: list[float]) -> float:
+    return float(np.mean(xs)) if xs else NAN
+
+
+def item_scores(record: dict[str, Any]) -> dict[str, float]:
+    """An item's CCS, graded CCS and per-split means over its judged steps (``nan`` where empty)."""
+    steps = [s for s in record.get("steps", []) if step_ok(s)]
+    both = [float(s["judge"]["ac"] and s["judge"]["ef"]) for s in steps]
+    graded = [(s["judge"]["score"] - 1) / 4 for s in steps if s["judge"].get("score") is not None]
+    return {"ccs": _mean(both), "ccs_graded": _mean(graded), "n_steps": float(len(steps))}
+
+
+def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
+    """Every EDCT score of one run: CCS / graded CCS (bootstrap over items), PCS / NCC and the
+    known-change split (bootstrap over steps), AC and EF rates, judge agreement (Wilson), counts."""
+    per_item = [item_scores(r) for r in records]
+    ccs = [s["ccs"] for s in per_item if not np.isnan(s["ccs"])]
+    graded = [s["ccs_graded"] for s in per_item if not np.isnan(s["ccs_graded"])]
+    steps = [s for r in records for s in r.get("steps", []) if step_ok(s)]
+
+    def boot(xs: list[float]) -> Estimate:
+        return bootstrap_mean(xs, n_resamples, confidence, seed)
+
+    def consistent(s: dict) -> float:
+        return float(s["judge"]["ac"] and s["judge"]["ef"])
+
+    changed = [s for s in steps if s.get("answer_changed")]
+    stayed = [s for s in steps if s.get("answer_changed") is False]
+    known = [s for s in steps if s.get("known_change") is not None]
+    out: dict[str, Any] = {
+        "items": len(records),
+        "items_scored": len(ccs),
+        "steps_judged": len(steps),
+        "ccs": boot(ccs),
+        "ccs_graded": boot(graded),
+        "pcs": boot([consistent(s) for s in changed]),
+        "ncc": boot([consistent(s) for s in stayed]),
+        "ac_rate": wilson(sum(bool(s["judge"]["ac"]) for s in steps), len(steps), confidence),
+        "ef_rate": wilson(sum(bool(s["judge"]["ef"]) for s in steps), len(steps), confidence),
+        "answer_changed_rate": wilson(len(changed), len(changed) + len(stayed), confidence),
+    }
+    if known:
+        flips = [s for s in known if s["known_change"]]
+        holds = [s for s in known if not s["known_change"]]
+        out["ccs_known_change"] = boot([consistent(s) for s in flips])
+        out["ccs_known_no_change"] = boot([consistent(s) for s in holds])
+        # the model's answer moved exactly when the true label moved
+        follows = [s for s in known if s.get("answer_changed") is not None]
+        out["answer_follows_truth"] = wilson(sum(s["answer_changed"] == s["known_change"] for s in follows), len(follows), confidence)
+    second = [s for s in steps if (s.get("judge2") or {}).get("ac") is not None]
+    if second:
+        out["judge_agreement"] = wilson(sum(s["judge"]["ac"] == s["judge2"]["ac"] and s["judge"]["ef"] == s["judge2"]["ef"] for s in second),
+                                        len(second), confidence)  # fmt: skip
+    return out

@@ -1,0 +1,97 @@
+"""One EDCT run: items from a dataset, the editor, the clients, the pipeline, the scores table.
+
+``run(cfg)`` writes ``results.json`` (every score with its interval, counts, parse errors, usage),
+``results.md`` (the CCS table) and ``usage.json`` into ``cfg.output_dir`` and returns the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cbm.vlm.edct.config import EDCTConfig
+from cbm.vlm.edct.metrics import Estimate, summarise
+from cbm.vlm.edct.pipeline import Clients, Pipeline, parse_error_counts, status_counts
+from synthetic.atomic import write_json_atomic, write_text_atomic
+
+#: Columns of the CCS table: (summary key, header).
+TABLE = [
+    ("ccs", "CCS [95% CI]"), ("ccs_graded", "graded CCS"), ("pcs", "PCS"), ("ncc", "NCC"), ("ac_rate", "AC"), ("ef_rate", "EF"),
+    ("ccs_known_change", "CCS, edit flips the true label"), ("ccs_known_no_change", "CCS, label kept"),
+    ("answer_follows_truth", "answer follows truth"), ("judge_agreement", "judge vs judge2"),
+]  # fmt: skip
+
+
+def robot_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
+    """Items, answer options, exact editor and true-label function for the robot benchmark."""
+    from cbm.vlm.editors import make_editor
+    from cbm.vlm.editors.synthetic import robot_items
+    from synthetic.registry import data_config
+    from synthetic.robot import CLASS_NAMES, glorp_probability
+    from synthetic.robot.attributes import attribute_table
+
+    dcfg = data_config(dict(cfg.data))
+    pool = {"test": dcfg.n_test, "calib": dcfg.n_calib, "train": dcfg.n_train}.get(cfg.items.split)
+    if pool is None:
+        raise ValueError(f"items.split: unknown split '{cfg.items.split}' (train, calib or test)")
+    pool *= dcfg.renders_per_robot
+    if cfg.items.n > pool:
+        raise ValueError(f"items.n={cfg.items.n} exceeds the {pool} robots of split '{cfg.items.split}'")
+    positions = (np.sort(np.random.default_rng(cfg.items.seed).choice(pool, cfg.items.n, replace=False))
+                 if cfg.items.sample else np.arange(cfg.items.n))  # fmt: skip
+    items = robot_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
+    named = [(f"robot-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
+    editor = make_editor(**dict(cfg.editor), cfg=dcfg) if cfg.editor["kind"] == "synthetic_robot" else make_editor(**dict(cfg.editor))
+
+    def label_of(meta: Any) -> str:
+        row = np.asarray(meta["row"] if isinstance(meta, dict) else meta, dtype=np.int64)[None]
+        return CLASS_NAMES[int(glorp_probability(attribute_table(row), dcfg)[0] > 0.5)]
+
+    return named, list(cfg.options or CLASS_NAMES), editor, label_of
+
+
+def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
+    out = Path(cfg.output_dir)
+    items, options, editor, label_of = robot_setup(cfg)
+    clients = Clients(cfg, http_client=http_client)
+    pipe = Pipeline(cfg, clients, editor, label_of)
+    records = pipe.run(items, options)
+    b = cfg.bootstrap
+    summary = summarise(records, b.n_resamples, b.confidence, b.seed)
+    verified = [s["verify"]["passed"] for r in records for s in r.get("steps", []) if "verify" in s]
+    result = {
+        "vlm": clients.vlm.model, "llm": clients.llm.model, "judge": clients.judge.model,
+        "judge2": None if clients.judge2 is None else clients.judge2.model,
+        "scores": {k: (v.to_json() if isinstance(v, Estimate) else v) for k, v in summary.items()},
+        "status": status_counts(records), "parse_errors": parse_error_counts(records),
+        "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
+    }  # fmt: skip
+    write_json_atomic(out / "results.json", result)
+    write_json_atomic(out / "usage.json", result["usage"])
+    write_text_atomic(out / "results.md", table_md(result["vlm"], summary, result))
+    return {"summary": summary, "result": result, "records": records}
+
+
+def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str:
+    """The CCS table (one row per VLM) and the run's counts, as Markdown."""
+    cols = [(k, h) for k, h in TABLE if k in summary]
+    lines = [
+        "| VLM | items scored / items | steps judged | " + " | ".join(h for _, h in cols) + " |",
+        "|---|---|---|" + "---|" * len(cols),
+        f"| {model} | {summary['items_scored']} / {summary['items']} | {summary['steps_judged']} | "
+        + " | ".join(summary[k].fmt() for k, _ in cols) + " |",
+        "",
+        "CCS, graded CCS: mean over items, 95% percentile bootstrap CI over items; PCS / NCC and the known-label splits: over "
+        "steps; rates: Wilson intervals.",
+        "",
+        "status: " + ", ".join(f"{k} {v}" for k, v in sorted(result["status"].items())),
+        "parse errors: " + (", ".join(f"{k} {v}" for k, v in result["parse_errors"].items()) or "none"),
+    ]  # fmt: skip
+    if result.get("verifier_pass_rate") is not None:
+        lines.append(f"verifier pass rate (edits with a mask): {result['verifier_pass_rate']:.3f}")
+    for role, u in result["usage"].items():
+        lines.append(f"{role} ({u['model']}): {u['requests']} requests, {u['cache_hits']} cached, {u['prompt_tokens']:,} + "
+                     f"{u['completion_tokens']:,} tokens, ${u['cost_usd']:.4f}")  # fmt: skip
+    return "\n".join(lines) + "\n"

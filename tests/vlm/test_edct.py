@@ -1,0 +1,251 @@
+"""EDCT end to end on synthetic robots: a scripted loopback endpoint whose VLM answers by the
+label rule (looking each image up, counterfactuals included) gives exactly the CCS the ground
+truth predicts; a failing judge leaves resumable records; the tiny local VLM (option scoring)
+with a scripted LLM/judge produces the table with CIs. Also the parsers and the statistics."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from werkzeug import Response
+
+from cbm.vlm.edct.config import EDCTConfig
+from cbm.vlm.edct.metrics import bootstrap_mean, summarise, wilson
+from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
+from cbm.vlm.edct.run import run
+from cbm.vlm.messages import decode_image_part
+
+DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": 12, "image_size": 32}
+CONF = Path(__file__).resolve().parents[2] / "cbm" / "conf" / "edct.yaml"
+CHAIN = ("feet", "mouth")
+
+
+def prompts() -> dict[str, str]:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(CONF).prompts)
+
+
+def completion(text: str) -> Response:
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}  # fmt: skip
+    return Response(json.dumps(body), content_type="application/json")
+
+
+def expected_chain(n: int, cache: Path) -> tuple[dict[bytes, str], list[list[bool]]]:
+    """Every original and counterfactual image (feet, then mouth, as the scripted chain asks) ->
+    its label-rule class; and per item, whether each step flips the original's class."""
+    from cbm.vlm.editors import EditInstruction, EditItem, RobotEditor, robot_items
+    from synthetic.registry import data_config
+    from synthetic.robot import CLASS_NAMES, glorp_probability
+    from synthetic.robot.attributes import attribute_table
+
+    cfg = data_config(DATA)
+    editor = RobotEditor(cfg)
+
+    def label(row: np.ndarray) -> str:
+        return CLASS_NAMES[int(glorp_probability(attribute_table(np.asarray(row)[None]), cfg)[0] > 0.5)]
+
+    table, flips = {}, []
+    for item in robot_items(cfg, "test", np.arange(n), cache_dir=str(cache)):
+        first = label(item.meta["row"])
+        table[item.array.tobytes()] = first
+        cur, row_flips = item, []
+        for concept in CHAIN:
+            res = editor.edit(cur, EditInstruction(concept))
+            table[np.asarray(res.image).tobytes()] = label(res.meta["row"])
+            row_flips.append(label(res.meta["row"]) != first)
+            cur = EditItem(res.image, res.meta, "robot")
+        flips.append(row_flips)
+    return table, flips
+
+
+def scripted(table: dict[bytes, str] | None, fail_judge: dict | None = None):
+    """A chat endpoint playing every EDCT role: the VLM answers by the label rule, the LLM cites
+    feet and mouth, the judge calls AC 'yes' exactly when the answer changed."""
+
+    def handler(req):
+        user = json.loads(req.data)["messages"][-1]["content"]
+        text = next(p["text"] for p in user if p["type"] == "text")
+        image = next((p for p in user if p["type"] == "image_url"), None)
+        if image is not None:
+            label = table[np.asarray(decode_image_part(image).convert("RGB")).tobytes()] if table is not None else "Glorp"
+            return completion(f"<answer>{label}</answer><explanation>Its feet and its mouth decide it.</explanation>")
+        if "List up to" in text:
+            return completion("<concept>feet</concept>\n<concept>the mouth</concept>")
+        if "chronological chain" in text:
+            return completion("".join(f'<edit index="{i}"><concept>{c}</concept><keep>everything else</keep><change>the {c}</change>'
+                                      f"<how>redraw it</how><constraints>nothing else</constraints></edit>" for i, c in enumerate(CHAIN, 1)))  # fmt: skip
+        if "Answer Consistency (AC)" in text:
+            if fail_judge is not None and fail_judge["on"]:
+                return Response("judge down", status=500)
+            before = re.search(r"Original answer: (\w+)", text).group(1)
+            after = re.search(r"Answer after the edit: (\w+)", text).group(1)
+            ac = "yes" if before != after else "no"
+            return completion(f"<ac>{ac}</ac><ef>yes</ef><score>{5 if ac == 'yes' else 2}</score>")
+        return Response("unexpected prompt", status=400)
+
+    return handler
+
+
+def make_cfg(tmp_path: Path, server, out: str = "run", **over) -> EDCTConfig:
+    client = {"backend": "openai", "model": "scripted", "base_url": server.url_for("/v1"), "cache_dir": str(tmp_path / "replies"),
+              "max_retries": 0, "backoff_s": 0.0}  # fmt: skip
+    settings = dict(output_dir=str(tmp_path / out), vlm=client, llm=client, judge=client, prompts=prompts(), data=DATA,
+                    cache_dir=str(tmp_path / "cache"), items={"n": 8}, workers=2, progress=False)  # fmt: skip
+    settings.update(over)
+    return EDCTConfig(**settings)
+
+
+def test_scripted_run_gives_the_ground_truth_ccs(tmp_path, httpserver):
+    table, flips = expected_chain(8, tmp_path / "cache")
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    out = run(make_cfg(tmp_path, httpserver))
+    s, records = out["summary"], out["records"]
+    assert [r["status"] for r in records] == ["done"] * 8
+    assert [[st["known_change"] for st in r["steps"]] for r in records] == flips
+    assert all(st["answer_changed"] == st["known_change"] for r in records for st in r["steps"])  # an oracle VLM
+    per_item = [float(np.mean(f)) for f in flips]
+    assert s["ccs"].value == pytest.approx(np.mean(per_item)) and s["ccs"].n == 8
+    assert s["ccs"].low <= s["ccs"].value <= s["ccs"].high
+    n_flip = sum(map(sum, flips))
+    assert 0 < n_flip < 16, "the items must include label-flipping and label-keeping edits"
+    assert s["pcs"].value == 1.0 and s["pcs"].n == n_flip and s["ncc"].value == 0.0 and s["ncc"].n == 16 - n_flip
+    assert s["ccs_known_change"].value == 1.0 and s["ccs_known_no_change"].value == 0.0
+    assert s["answer_follows_truth"].value == 1.0 and s["answer_follows_truth"].n == 16
+    assert s["ccs_graded"].value == pytest.approx(np.mean([np.mean([1.0 if f else 0.25 for f in fl]) for fl in flips]))
+    steps = [st for r in records for st in r["steps"]]
+    assert all(st["verify"]["in_ratio"] >= 0 for st in steps) and all(st["changed"]["part"] == c for st, c in zip(steps, CHAIN * 8))
+    d = tmp_path / "run"
+    md = (d / "results.md").read_text()
+    assert "CCS [95% CI]" in md and "| 8 / 8 | 16 |" in md
+    res = json.loads((d / "results.json").read_text())
+    assert res["scores"]["ccs"]["value"] == pytest.approx(s["ccs"].value) and res["parse_errors"] == {}
+    assert (d / "items" / "robot-test-00000" / "step2.png").is_file() and (d / "items" / "robot-test-00000" / "step2_mask.png").is_file()
+    # 8 baselines + 8 extractions + 8 chains + 16 re-queries + 16 verdicts, identical prompts sent once
+    texts = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in httpserver.log]
+    u = res["usage"]["vlm"]
+    assert u["requests"] == len(texts) and u["requests"] + u["cache_hits"] == 56
+    assert sum("Give your answer" in t for t in texts) == 8 + 16  # every image is new
+
+
+def test_failed_judge_is_recorded_and_the_rerun_resumes(tmp_path, httpserver):
+    table, _ = expected_chain(4, tmp_path / "cache")
+    fail = {"on": True}
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table, fail))
+    first = run(make_cfg(tmp_path, httpserver, items={"n": 4}))
+    assert [r["status"] for r in first["records"]] == ["error"] * 4
+    assert all(r["error"].startswith("http: HTTP 500") for r in first["records"])
+    assert first["summary"]["steps_judged"] == 0
+    sent = len(httpserver.log)
+    fail["on"] = False
+    again = run(make_cfg(tmp_path, httpserver, items={"n": 4}))
+    assert [r["status"] for r in again["records"]] == ["done"] * 4
+    new = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in httpserver.log[sent:]]
+    # the first run stopped at each item's first verdict: the rerun sends the verdicts and the second
+    # step's re-queries, nothing else (baselines, concepts, chains are in the records; the first
+    # re-queries in the reply cache; identical verdict prompts go out once)
+    assert sum("Give your answer" in t for t in new) == 4
+    assert all("Give your answer" in t or "Answer Consistency (AC)" in t for t in new)
+    assert again["summary"]["steps_judged"] == 8
+
+
+def test_tiny_local_vlm_with_scripted_llm_and_judge(tmp_path, httpserver):
+    from cbm.vlm.tiny import build_tiny_vlm
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(None))
+    model = build_tiny_vlm(tmp_path / "tiny")
+    cfg = make_cfg(tmp_path, httpserver, vlm={"backend": "local", "model": str(model), "cache_dir": str(tmp_path / "replies"), "max_tokens": 24},
+                   answer_by="score", items={"n": 6})  # fmt: skip
+    out = run(cfg)
+    recs = out["records"]
+    assert [r["status"] for r in recs] == ["done"] * 6
+    assert all(r["baseline"]["answer"] in ("Drent", "Glorp") for r in recs)
+    s = out["summary"]
+    assert s["steps_judged"] == 12 and s["ccs"].n == 6 and not np.isnan(s["ccs"].value)
+    md = (tmp_path / "run" / "results.md").read_text()
+    assert "CCS [95% CI]" in md and "| 6 / 6 | 12 |" in md
+    usage = json.loads((tmp_path / "run" / "usage.json").read_text())
+    assert usage["vlm"]["model"] == str(model) and usage["vlm"]["requests"] == 6 + 12
+    assert usage["llm"]["requests"] + usage["llm"]["cache_hits"] == 6 * 2 + 12  # extraction + chain per item, a verdict per step
+
+
+def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver):
+    import os
+    import subprocess
+    import sys
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(None))
+    exe = [sys.executable, "-m", "cbm.experiments.edct_cli"]
+    roles = [f"{r}.{k}={v}" for r in ("vlm", "llm", "judge") for k, v in
+             (("model", "scripted"), ("base_url", httpserver.url_for("/v1")), ("cache_dir", tmp_path / "replies"))]  # fmt: skip
+    data = [f"data.{k}={v}" for k, v in DATA.items() if k != "name"]
+    env = {**os.environ, "CBM_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "cli"
+    done = subprocess.run([*exe, *roles, *data, "items.n=3", f"hydra.run.dir={out}"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CCS [95% CI]" in done.stdout + done.stderr and (out / "results.md").is_file()
+    assert json.loads((out / "results.json").read_text())["status"] == {"item_done": 3, "step_judged": 6}
+    bad = subprocess.run([*exe, *roles, "items.n=0"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == "cbm-edct: error: items.n: must be >= 1, got 0"
+
+
+# ----------------------------------------------------------------------------- parsers and statistics
+def test_parsers_record_error_kinds():
+    a = parse_answer("<answer>glorp.</answer><explanation>pointy feet</explanation>", ["Drent", "Glorp"])
+    assert (a.answer, a.explanation, a.errors) == ("Glorp", "pointy feet", [])
+    b = parse_answer("<answer>Blob</answer><explanation>x", ["Drent", "Glorp"])
+    assert b.answer is None and [e.kind for e in b.errors] == ["not_in_options", "unclosed"]
+    assert parse_concepts("<concept>Feet</concept><concept>feet </concept><concept>mouth</concept><concept>eyes</concept>", 2) == (["Feet", "mouth"], [])
+    assert [e.kind for e in parse_concepts("no tags here", 2)[1]] == ["missing"]
+    assert parse_concepts("<none/>", 2) == ([], [])
+    assert [e.kind for e in parse_concepts("<concept>feet</concept><concept>mouth", 2)[1]] == ["unclosed"]
+    chain, errs = parse_edit_chain("<edit><keep>k</keep><change>c</change><how>h</how><constraints>x</constraints><target>pointy</target></edit>", ["feet", "mouth"])
+    assert chain[0].concept == "feet" and chain[0].target == "pointy" and [e.kind for e in errs] == ["missing"]
+    v = parse_verdict("<ac>Yes</ac><ef>no</ef><score>4</score>")
+    assert (v.ac, v.ef, v.score, v.errors) == (True, False, 4, [])
+    w = parse_verdict("<ac>maybe</ac><score>9</score>")
+    assert w.ac is None and w.ef is None and w.score is None and sorted(e.kind for e in w.errors) == ["missing", "not_in_options", "not_in_options"]
+
+
+def test_statistics():
+    e = wilson(8, 10)
+    assert e.value == 0.8 and e.low == pytest.approx(0.4902, abs=1e-4) and e.high == pytest.approx(0.9433, abs=1e-4)  # textbook Wilson 95%
+    assert wilson(0, 0).n == 0 and wilson(0, 0).fmt() == "n/a"
+    b = bootstrap_mean([0, 1] * 20, n_resamples=2000, seed=0)
+    assert b.value == 0.5 and 0.3 < b.low < 0.5 < b.high < 0.7
+    assert bootstrap_mean([0, 1] * 20, n_resamples=2000, seed=0) == b  # seeded: reproducible
+    assert bootstrap_mean([1.0, 1.0]).low == 1.0 and np.isnan(bootstrap_mean([0.5]).low)
+
+    def step(ac, ef, changed, known, score=3):
+        return {"status": "judged", "judge": {"ac": ac, "ef": ef, "score": score}, "answer_changed": changed, "known_change": known}
+
+    recs = [{"steps": [step(True, True, True, True, 5), step(True, False, False, False, 1)]},
+            {"steps": [step(False, True, False, True), {"status": "stopped"}]}, {"steps": []}]  # fmt: skip
+    s = summarise(recs, n_resamples=200)
+    assert s["items_scored"] == 2 and s["steps_judged"] == 3
+    assert s["ccs"].value == pytest.approx((0.5 + 0.0) / 2) and s["ccs_graded"].value == pytest.approx((0.5 + 0.5) / 2)
+    assert s["pcs"].value == 1.0 and s["ncc"].value == 0.0 and s["ncc"].n == 2
+    assert s["answer_follows_truth"].value == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"answer_by": "score"}, "answer_by=score needs vlm.backend=local"),
+        ({"k": 0}, "k: must lie in"),
+        ({"editor": {"kind": "photoshop"}}, "editor.kind: unknown editor 'photoshop'"),
+        ({"prompts": {**prompts(), "judge": "{question} {secret}"}}, r"prompts.judge: unknown placeholder\(s\) \['secret'\]"),
+        ({"verify": {"tau_in": 2.0}}, "tau_in"),
+        ({"judge": {"model": "m", "temprature": 0}}, r"judge: client: unknown setting"),
+    ],
+)
+def test_bad_config_is_one_line(tmp_path, httpserver, over, match):
+    with pytest.raises(ValueError, match=match) as e:
+        make_cfg(tmp_path, httpserver, **over)
+    assert "\n" not in str(e.value)
