@@ -249,3 +249,53 @@ def test_bad_config_is_one_line(tmp_path, httpserver, over, match):
     with pytest.raises(ValueError, match=match) as e:
         make_cfg(tmp_path, httpserver, **over)
     assert "\n" not in str(e.value)
+
+
+SEGMENTER = '''
+import numpy as np
+
+class Square:
+    """Test segmenter: every concept lives in the square the scripted image editor paints."""
+    def __init__(self, y0, x0, size):
+        self.box = (y0, x0, size)
+
+    def mask(self, image, concept):
+        y0, x0, s = self.box
+        m = np.zeros((image.height, image.width), bool)
+        m[y0:y0 + s, x0:x0 + s] = True
+        return m
+'''
+
+
+def test_hosted_editor_with_a_segmenter(tmp_path, httpserver, monkeypatch):
+    import base64
+    import io
+
+    from PIL import Image
+
+    box = (10, 12, 8)
+
+    def edit_handler(req):
+        img = np.asarray(Image.open(io.BytesIO(req.files["image"].read())).convert("RGB")).copy()
+        y0, x0, s = box
+        img[y0:y0 + s, x0:x0 + s] = (255, 255, 255) if "feet" in req.form["prompt"] else (255, 0, 255)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="PNG")
+        return Response(json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}), content_type="application/json")
+
+    httpserver.expect_request("/v1/images/edits", method="POST").respond_with_handler(edit_handler)
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(None))
+    (tmp_path / "square_seg.py").write_text(SEGMENTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    editor = {"kind": "hosted", "model": "edit-model", "base_url": httpserver.url_for("/v1"), "api_key": "test"}
+    out = run(make_cfg(tmp_path, httpserver, items={"n": 3}, editor=editor,
+                       segmenter={"target": "square_seg:Square", "kwargs": {"y0": box[0], "x0": box[1], "size": box[2]}}))  # fmt: skip
+    steps = [s for r in out["records"] for s in r["steps"]]
+    assert [r["status"] for r in out["records"]] == ["done"] * 3 and len(steps) == 6
+    assert all(s["mask_source"] == "segmenter" and s["verify"]["passed"] and s["verify"]["out_ratio"] == 0.0 for s in steps)
+    assert all("known_change" not in s for s in steps)  # a free-form editor: no ground truth
+    assert len([req for req, _ in httpserver.log if req.path.endswith("/images/edits")]) == 6
+    mask = np.asarray(Image.open(tmp_path / "run" / "items" / "robot-test-00000" / "step1_mask.png")) > 0
+    assert mask.sum() == box[2] ** 2
+    with pytest.raises(ValueError, match="segmenter.target: cannot import 'square_seg:Nope'"):
+        run(make_cfg(tmp_path, httpserver, out="bad", items={"n": 1}, editor=editor, segmenter={"target": "square_seg:Nope"}))

@@ -65,6 +65,9 @@ class EDCTConfig:
     k: int = 2
     editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic_robot"})
     verify: dict[str, Any] = field(default_factory=dict)
+    #: Masks for editors that report none (hosted, diffusion): ``{target: module:callable, kwargs: {...}}``
+    #: building a :class:`cbm.vlm.verify.Segmenter` (a detector + segmenter); null: such edits go unverified.
+    segmenter: dict[str, Any] | None = None
     verify_retries: int = 1
     gate_exact_edits: bool = False  # exact (synthetic) edits: record the verifier's verdict, or stop the chain on a fail
     workers: int = 4
@@ -97,6 +100,8 @@ class EDCTConfig:
             raise ValueError(f"editor.kind: unknown editor '{kind}' (choose from: {', '.join(EDITOR_KINDS)})")
         if self.options is not None and len(self.options) < 2:
             raise ValueError("options: at least two answer options (or null for the class names)")
+        if self.segmenter is not None and not str(dict(self.segmenter).get("target", "")).count(":") == 1:
+            raise ValueError("segmenter.target: must look like 'module:callable' (a factory returning a Segmenter)")
         check_prompts(self.prompts)
         from cbm.vlm.verify import VerifyConfig
 

@@ -75,6 +75,7 @@ class Pipeline:
         from cbm.vlm.verify import VerifyConfig
 
         self.verify_cfg = VerifyConfig(**dict(cfg.verify))
+        self.segmenter = load_segmenter(cfg.segmenter) if cfg.segmenter is not None else None
 
     # ----------------------------------------------------------------- stages
     def _prompt(self, name: str, **fields: Any) -> str:
@@ -161,7 +162,7 @@ class Pipeline:
         return rec
 
     def _run_chain(self, rec: dict, d: Path, item: EditItem, chain: list[EditInstruction], options: list[str], save: Any) -> None:
-        from cbm.vlm.verify import verify_edit
+        from cbm.vlm.verify import segmenter_mask, verify_edit
 
         steps: list[dict[str, Any]] = rec.setdefault("steps", [])
         exact = bool(getattr(self.editor, "exact", False))  # the editor's masks are the true changed pixels
@@ -185,14 +186,20 @@ class Pipeline:
                     step.update(status="stopped", reason=f"edit failed: {err}")
                     save()
                     return
-                if result.mask is None:
+                mask = result.mask
+                if mask is None and self.segmenter is not None:  # the concept's pixels before and after the edit
+                    mask = segmenter_mask(self.segmenter, instr.concept)(current.image, result.image)
+                    step["mask_source"] = "segmenter"
+                if mask is None:
                     verdict = None
+                    step["mask_source"] = "none (unverified)"
                     break
-                if not result.mask.any():
-                    step.update(status="stopped", reason="the edit changed no pixel (part not visible)", changed=result.changed)
+                if not mask.any():
+                    reason = "the edit changed no pixel (part not visible)" if result.mask is not None else "the segmenter found no pixel of the concept"
+                    step.update(status="stopped", reason=reason, changed=_plain(result.changed))
                     save()
                     return
-                verdict = verify_edit(current.image, result.image, result.mask, self.verify_cfg)
+                verdict = verify_edit(current.image, result.image, mask, self.verify_cfg)
                 if verdict.passed or (exact and not self.cfg.gate_exact_edits):
                     break
             step.update(description=result.description, changed=_plain(result.changed), attempts=attempts)
@@ -203,8 +210,8 @@ class Pipeline:
                     save()
                     return
             _png(d / f"step{i + 1}.png", result.image)
-            if result.mask is not None:
-                _png(d / f"step{i + 1}_mask.png", Image.fromarray(result.mask.astype(np.uint8) * 255))
+            if mask is not None:
+                _png(d / f"step{i + 1}_mask.png", Image.fromarray(mask.astype(np.uint8) * 255))
             nxt = EditItem(result.image, result.meta if result.meta is not None else current.meta, current.kind)
             if self.label_of is not None and result.meta is not None:
                 step["truth"] = self.label_of(result.meta)
@@ -241,6 +248,22 @@ class Pipeline:
                 out[futures[fut]] = fut.result()
                 bar.update(1)
         return [out[iid] for iid, _ in items]
+
+
+def load_segmenter(spec: dict[str, Any]) -> Any:
+    """The :class:`~cbm.vlm.verify.Segmenter` a ``{target: module:callable, kwargs}`` mapping builds."""
+    import importlib
+
+    target = str(spec.get("target", ""))
+    module, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ValueError(f"segmenter.target: cannot import '{target}' ({type(err).__name__}: {err})") from None
+    seg = factory(**dict(spec.get("kwargs") or {}))
+    if not callable(getattr(seg, "mask", None)):
+        raise ValueError(f"segmenter.target: '{target}' returned a {type(seg).__name__}, not a segmenter with mask(image, concept)")
+    return seg
 
 
 def status_counts(records: list[dict[str, Any]]) -> dict[str, int]:
