@@ -17,7 +17,9 @@ the intended region and little else. :func:`verify_edit` checks that:
    to invent (warped in from outside ``after``) never count;
 3. **locality**: the edit passes when the changed fraction of the mask is ``> tau_in`` and the
    changed fraction outside the mask dilated by ``dilate_px`` (the SSIM window and anti-aliasing
-   spill over the mask's edge) is ``< tau_out``.
+   spill over the mask's edge) is ``< tau_out``, and so is the changed fraction of the outside
+   pixels with detail (``< tau_out_detail``): flat regions cannot show a blur, so on mostly flat
+   images a whole-image blur hides below ``tau_out``.
 
 :func:`verify_with_retry` runs an editor, verifies, and retries once on failure. Masks come from
 the editor when it knows them (the synthetic renderers give exact masks) or from a pluggable
@@ -92,6 +94,11 @@ class VerifyConfig:
     dilate_px: int = 3
     tau_in: float = 0.10
     tau_out: float = 0.30
+    # Flat regions cannot show a blur, so on mostly flat images (synthetic renders) a whole-image
+    # blur changes few pixels overall. Also bound the changed share of the out-of-mask *detail*
+    # pixels (gradient magnitude of ``before`` above ``detail_threshold``); 1.0 turns it off.
+    tau_out_detail: float = 0.50
+    detail_threshold: float = 0.05
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -125,6 +132,8 @@ class VerifyConfig:
             "dilate_px": self.dilate_px >= 0,
             "tau_in": 0.0 <= self.tau_in < 1.0,
             "tau_out": 0.0 < self.tau_out <= 1.0,
+            "tau_out_detail": 0.0 < self.tau_out_detail <= 1.0,
+            "detail_threshold": 0.0 <= self.detail_threshold < 1.0,
         }
         rules = {
             "orb_features": ">= 10", "match_ratio": "in (0, 1]", "min_matches": ">= 4",
@@ -132,6 +141,7 @@ class VerifyConfig:
             "ssim_threshold": "in [0, 1]",
             "ssim_gate": "in [0, change_threshold]", "ssim_window": "odd and >= 3", "tau_in": "in [0, 1)",
             "tau_out": "in (0, 1]", "ransac_reproj_px": "> 0", "flow_max_px": "> 0",
+            "tau_out_detail": "in (0, 1]", "detail_threshold": "in [0, 1)",
         }  # fmt: skip
         for name, ok in checks.items():
             if not ok:
@@ -437,6 +447,8 @@ def verify_edit(before: Any, after: Any, mask: Any, cfg: VerifyConfig | None = N
     inside, outside = m & valid, ~_dilate(m, cfg.dilate_px) & valid
     in_ratio = float(changed[inside].mean()) if inside.any() else 0.0
     out_ratio = float(changed[outside].mean()) if outside.any() else 0.0
+    detail = outside & (_grad(b.astype(np.float32) / 255.0) > cfg.detail_threshold)
+    out_detail = float(changed[detail].mean()) if detail.any() else 0.0
     problems = []
     if not inside.any():
         problems.append("the edit region falls outside the aligned image")
@@ -444,6 +456,8 @@ def verify_edit(before: Any, after: Any, mask: Any, cfg: VerifyConfig | None = N
         problems.append(f"too little change inside the mask ({in_ratio:.3f} <= tau_in {cfg.tau_in:g})")
     if out_ratio >= cfg.tau_out:
         problems.append(f"too much change outside the mask ({out_ratio:.3f} >= tau_out {cfg.tau_out:g})")
+    if out_detail >= cfg.tau_out_detail:
+        problems.append(f"too much of the detail outside the mask changed ({out_detail:.3f} >= tau_out_detail {cfg.tau_out_detail:g})")
     passed = not problems
     reason = f"ok: in {in_ratio:.3f} > {cfg.tau_in:g}, out {out_ratio:.3f} < {cfg.tau_out:g}" if passed else "; ".join(problems)
     return VerifyResult(passed, in_ratio, out_ratio, changed, info, reason)

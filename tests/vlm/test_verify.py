@@ -186,6 +186,21 @@ def test_robot_counterfactual_with_exact_mask(attr, value, min_iou):
     assert not verify_edit(before, moved, exact, VerifyConfig(align=False)).passed
 
 
+def test_whole_image_blur_of_a_flat_render_fails_through_the_detail_bound():
+    import cv2
+
+    from synthetic.robot.renderer import render
+
+    before = render(robot_row(), 64)[0]
+    after = render(robot_row(foot_subtype=7), 64)[0]
+    exact = (before != after).any(axis=-1)
+    blurred = cv2.GaussianBlur(after, (0, 0), 1.5)
+    r = verify_edit(before, blurred, exact)
+    assert r.out_ratio < VerifyConfig().tau_out  # flat background: the plain ratio misses the blur ...
+    assert not r.passed and "detail outside the mask" in r.reason  # ... the detail-pixel ratio does not
+    assert verify_edit(before, blurred, exact, VerifyConfig(tau_out_detail=1.0)).passed  # 1.0: the paper's rule alone
+
+
 # --------------------------------------------------------------------------- inputs and config
 def test_pil_and_grey_inputs_match_arrays(edit):
     before, after, mask = edit
