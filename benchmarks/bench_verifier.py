@@ -42,7 +42,7 @@ def cases(size: int, n: int, cache: str | None) -> list[tuple[str, np.ndarray, n
             if res.mask.any():
                 edits[part] = (np.asarray(res.image), res.mask)
         parts = list(edits)
-        for i, (part, (after, mask)) in enumerate(edits.items()):
+        for i, (after, mask) in enumerate(edits.values()):
             out.append(("local", before, after, mask, mask))
             bright = np.clip(after.astype(np.int16) + BRIGHTNESS, 0, 255).astype(np.uint8)
             out.append(("brightness", before, bright, mask, mask))
