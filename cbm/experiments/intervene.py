@@ -61,6 +61,21 @@ def build_components(c: InterveneConfig, ctx) -> tuple[dict[str, Any], dict[str,
     return interveners, policies
 
 
+def text_describer(dm: Any) -> Any:
+    """``(batch, i) -> str`` for token-id data with a vocabulary (the text modality): the
+    example's words, so an LLM intervener reads the description the model was trained on."""
+    data = getattr(dm, "data", None)
+    vocab = (getattr(data, "info", None) or {}).get("vocab") if data is not None else None
+    if not vocab:
+        return None
+
+    def describe(batch: dict, i: int) -> str:
+        ids = batch["x"][i].tolist()
+        return "Description: " + " ".join(vocab[t] for t in ids if t)
+
+    return describe
+
+
 # ----------------------------------------------------------------------------- the app
 def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     """Evaluate the configured grid; write results into ``output_dir`` and return them."""
@@ -84,7 +99,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     names = list(model.info.concept_names)
     allowed = concept_indices(c.concepts, names)
     ks = resolve_ks(c.ks, len(allowed) if allowed is not None else len(names))
-    ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, labels=lambda: dm.split("train").tensors["c"])
+    ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, labels=lambda: dm.split("train").tensors["c"],
+                       describe=text_describer(dm))  # fmt: skip
     interveners, policies = build_components(c, ctx)
     loader = dm.loader(c.split)
     bb = None
@@ -104,6 +120,10 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     for name, iv in interveners.items():
         if isinstance(iv, LLMIntervener):
             grid.meta[f"{name}_queries"], grid.meta[f"{name}_fallbacks"] = iv.n_queries, iv.n_fallbacks
+            usage = getattr(iv.client, "usage", None)  # the project's chat client: tokens, cost, cache hits
+            if usage is not None and callable(getattr(usage, "to_json", None)):
+                grid.meta[f"{name}_usage"] = usage.to_json()
+                say(f"{name}: {usage.summary()}")
     paths = grid.save(out_dir)
     say(grid.table())
     if bb is not None:

@@ -39,6 +39,9 @@ class BuildContext:
     allowed: list[int] | None = None
     #: Returns the training split's concept labels ``[N, m]`` (empirical priors), loaded on demand.
     labels: Callable[[], Any] | None = None
+    #: ``(batch, i) -> str``: example ``i`` as text, for data a language model cannot see as an
+    #: image (the text modality's descriptions); ``None`` for image data.
+    describe: Callable[[Any, int], str] | None = None
 
 
 def _check_kind(kind: str) -> None:

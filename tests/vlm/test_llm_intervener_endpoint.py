@@ -21,7 +21,7 @@ SMALL = {"name": "robot", "modality": "image", "image_size": 16, "n_train": 120,
 ASKED = re.compile(r'<answer concept="([^"]+)">yes or no</answer>')
 
 
-def make_checkpoint(path: Path, cache: Path) -> Path:
+def make_checkpoint(path: Path, cache: Path, data: dict | None = None) -> Path:
     """An untrained image CBM saved in cbm-train's checkpoint format (no training: fast)."""
     import lightning as L
 
@@ -29,7 +29,7 @@ def make_checkpoint(path: Path, cache: Path) -> Path:
     from cbm.models import build_model
     from synthetic.registry import data_config, data_info, load_data
 
-    dcfg = data_config(SMALL)
+    dcfg = data_config(data or SMALL)
     ds = load_data(dcfg, str(cache))
     torch.manual_seed(0)
     m = build_model({"name": "cbm"}, data_info(ds, dcfg), as_dict(dcfg))
@@ -92,7 +92,8 @@ def test_llm_intervener_through_an_endpoint_matches_the_oracle(run_dir, httpserv
     assert bool(grid.examples[("llm", "random", m)]["mask"].all())  # k = max asked every concept
     assert grid.meta["llm_queries"] > 0 and grid.meta["llm_fallbacks"] == 0
     n_requests = len(httpserver.log)
-    assert n_requests == grid.meta["llm_queries"]
+    assert n_requests == grid.meta["llm_queries"] == grid.meta["llm_usage"]["requests"]
+    assert grid.meta["llm_usage"]["prompt_tokens"] == 100 * n_requests
     intervene.run(app_cfg(run_dir, httpserver, "truthful"))  # a rerun reads every reply from the disk cache
     assert len(httpserver.log) == n_requests
     # what the endpoint supplied at k = max is the ground truth, concept by concept
@@ -124,3 +125,32 @@ def test_garbage_replies_fail_in_one_line_or_fall_back(run_dir, httpserver):
     acc = {(r["intervener"], r["policy"], r["k"]): r["accuracy"] for r in grid.rows}
     assert all(a == acc[("llm", "random", 0)] for (iv, _, _), a in acc.items() if iv == "llm")  # nothing changed
     assert grid.meta["llm_fallbacks"] > 0
+
+
+def test_text_data_is_sent_as_its_description(tmp_path, httpserver):
+    """Text-modality robots: the LLM reads the example's own description (no image part)."""
+    from synthetic.robot.text import VOCAB
+
+    seen = []
+
+    def handler(req):
+        user = json.loads(req.data)["messages"][-1]["content"]
+        seen.append(user)
+        text = user[-1]["text"]
+        answer = "\n".join(f'<answer concept="{n}">yes</answer>' for n in ASKED.findall(text))
+        body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}  # fmt: skip
+        return Response(json.dumps(body), content_type="application/json")
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(handler)
+    make_checkpoint(tmp_path / "cbm" / "checkpoints" / "best.ckpt", tmp_path / "cache", {**SMALL, "modality": "text", "n_test": 10})
+    cfg = app_cfg(tmp_path, httpserver, "text")
+    cfg["policy"], cfg["ks"], cfg["per_example"] = {"random": {}}, ["max"], True
+    grid = intervene.run(cfg)
+    assert grid.meta["llm_queries"] == 10 and len(seen) == 10
+    assert all(len(u) == 1 and u[0]["type"] == "text" for u in seen)  # no image part
+    from cbm.training.checkpoint import load_run
+
+    _, dm, _ = load_run(tmp_path / "cbm", str(tmp_path / "cache"))
+    first = " ".join(VOCAB[t] for t in dm.split("test").tensors["x"][0].tolist() if t)
+    assert any(f"Description: {first}" in u[0]["text"] for u in seen)

@@ -105,7 +105,7 @@ class LLMIntervener:
     @classmethod
     def from_config(cls, cfg: Config, ctx: BuildContext) -> LLMIntervener:
         client = load_client(cfg.client or "", cfg.client_kwargs)
-        return cls(client, list(ctx.concept_names), cfg.questions, cfg.on_unparseable, cfg.retries, subject=cfg.subject)
+        return cls(client, list(ctx.concept_names), cfg.questions, cfg.on_unparseable, cfg.retries, describe=ctx.describe, subject=cfg.subject)
 
     def __init__(
         self,
