@@ -299,3 +299,61 @@ def test_hosted_editor_with_a_segmenter(tmp_path, httpserver, monkeypatch):
     assert mask.sum() == box[2] ** 2
     with pytest.raises(ValueError, match="segmenter.target: cannot import 'square_seg:Nope'"):
         run(make_cfg(tmp_path, httpserver, out="bad", items={"n": 1}, editor=editor, segmenter={"target": "square_seg:Nope"}))
+
+
+SUDOKU = {"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0, "n_test": 6, "cell_size": 18}
+CELLS = ("row 1 column 1", "row 5 column 5")
+
+
+def test_sudoku_boards_with_the_exact_digit_editor(tmp_path, httpserver):
+    from cbm.vlm.editors import EditInstruction, EditItem, SudokuEditor, sudoku_items
+    from synthetic.registry import data_config
+    from synthetic.sudoku.checker import check_board
+
+    cfg = data_config(SUDOKU)
+    editor = SudokuEditor(cfg)
+
+    def label(board) -> str:
+        return "valid" if bool(check_board(np.asarray(board)).all()) else "invalid"
+
+    table, flips = {}, []
+    for item in sudoku_items(cfg, "test", np.arange(6), cache_dir=str(tmp_path / "cache")):
+        first = label(item.meta["board"])
+        table[item.array.tobytes()] = first
+        cur, row = item, []
+        for cell in CELLS:
+            res = editor.edit(cur, EditInstruction(cell))
+            table[np.asarray(res.image).tobytes()] = label(res.meta["board"])
+            row.append(label(res.meta["board"]) != first)
+            cur = EditItem(res.image, res.meta, "sudoku")
+        flips.append(row)
+
+    def handler(req):
+        user = json.loads(req.data)["messages"][-1]["content"]
+        text = next(p["text"] for p in user if p["type"] == "text")
+        image = next((p for p in user if p["type"] == "image_url"), None)
+        if image is not None:
+            ans = table[np.asarray(decode_image_part(image).convert("RGB")).tobytes()]
+            return completion(f"<answer>{ans}</answer><explanation>The top-left cell and the centre cell decide it.</explanation>")
+        if "List up to" in text:
+            return completion("".join(f"<concept>{c}</concept>" for c in CELLS))
+        if "chronological chain" in text:
+            return completion("".join(f"<edit><concept>{c}</concept><change>the digit</change></edit>" for c in CELLS))
+        before = re.search(r"Original answer: (\w+)", text).group(1)
+        after = re.search(r"Answer after the edit: (\w+)", text).group(1)
+        return completion(f"<ac>{'yes' if before != after else 'no'}</ac><ef>yes</ef><score>3</score>")
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(handler)
+    from omegaconf import OmegaConf
+
+    preset = OmegaConf.load(CONF.parent / "edct" / "sudoku.yaml")
+    out = run(make_cfg(tmp_path, httpserver, data=SUDOKU, items={"source": "sudoku", "n": 6}, question=preset.question,
+                       prompts={**prompts(), "extract": preset.prompts.extract}))  # fmt: skip
+    recs = out["records"]
+    assert [r["status"] for r in recs] == ["done"] * 6
+    assert [[s["known_change"] for s in r["steps"]] for r in recs] == flips
+    assert [r["truth"] for r in recs].count("valid") >= 1 and all(f[0] for f, r in zip(flips, recs) if r["truth"] == "valid")
+    assert all(s["changed"]["checks"][0] in ("row1", "row5") and s["verify"]["passed"] for r in recs for s in r["steps"])
+    assert out["summary"]["ccs"].value == pytest.approx(np.mean([np.mean(f) for f in flips]))
+    with pytest.raises(ValueError, match="items.source=sudoku needs data=sudoku"):
+        make_cfg(tmp_path, httpserver, items={"source": "sudoku"})

@@ -9,8 +9,9 @@ from typing import Any
 from cbm.vlm.config import ClientConfig
 
 ANSWER_MODES = ("generate", "score")
-EDITOR_KINDS = ("synthetic_robot", "hosted", "diffusers")
-ITEM_SOURCES = ("robot",)
+#: ``synthetic``: the exact editor of the item source (robot parts, Sudoku cells).
+EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers")
+ITEM_SOURCES = ("robot", "sudoku")
 #: Prompt templates every run needs, and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "answer": ("question", "options"),
@@ -63,7 +64,7 @@ class EDCTConfig:
     options: list[str] | None = None  # null: the dataset's class names
     answer_by: str = "generate"
     k: int = 2
-    editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic_robot"})
+    editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic"})
     verify: dict[str, Any] = field(default_factory=dict)
     #: Masks for editors that report none (hosted, diffusion): ``{target: module:callable, kwargs: {...}}``
     #: building a :class:`cbm.vlm.verify.Segmenter` (a detector + segmenter); null: such edits go unverified.
@@ -98,6 +99,10 @@ class EDCTConfig:
         kind = dict(self.editor).get("kind")
         if kind not in EDITOR_KINDS:
             raise ValueError(f"editor.kind: unknown editor '{kind}' (choose from: {', '.join(EDITOR_KINDS)})")
+        if kind in ("synthetic_robot", "synthetic_sudoku") and kind != f"synthetic_{self.items.source}":
+            raise ValueError(f"editor.kind={kind} cannot edit items.source={self.items.source} (use editor.kind=synthetic)")
+        if self.items.source != dict(self.data).get("name", "").split("_")[0]:
+            raise ValueError(f"items.source={self.items.source} needs data={self.items.source} (got data.name={dict(self.data).get('name')})")
         if self.options is not None and len(self.options) < 2:
             raise ValueError("options: at least two answer options (or null for the class names)")
         if self.segmenter is not None and not str(dict(self.segmenter).get("target", "")).count(":") == 1:

@@ -36,14 +36,11 @@ def robot_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     pool = {"test": dcfg.n_test, "calib": dcfg.n_calib, "train": dcfg.n_train}.get(cfg.items.split)
     if pool is None:
         raise ValueError(f"items.split: unknown split '{cfg.items.split}' (train, calib or test)")
-    pool *= dcfg.renders_per_robot
-    if cfg.items.n > pool:
-        raise ValueError(f"items.n={cfg.items.n} exceeds the {pool} robots of split '{cfg.items.split}'")
-    positions = (np.sort(np.random.default_rng(cfg.items.seed).choice(pool, cfg.items.n, replace=False))
-                 if cfg.items.sample else np.arange(cfg.items.n))  # fmt: skip
+    positions = _positions(cfg, pool * dcfg.renders_per_robot)
     items = robot_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
     named = [(f"robot-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
-    editor = make_editor(**dict(cfg.editor), cfg=dcfg) if cfg.editor["kind"] == "synthetic_robot" else make_editor(**dict(cfg.editor))
+    kind = cfg.editor["kind"]
+    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_robot"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**dict(cfg.editor))
 
     def label_of(meta: Any) -> str:
         row = np.asarray(meta["row"] if isinstance(meta, dict) else meta, dtype=np.int64)[None]
@@ -52,9 +49,42 @@ def robot_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     return named, list(cfg.options or CLASS_NAMES), editor, label_of
 
 
+def _positions(cfg: EDCTConfig, pool: int) -> np.ndarray:
+    if cfg.items.n > pool:
+        raise ValueError(f"items.n={cfg.items.n} exceeds the {pool} items of split '{cfg.items.split}'")
+    if cfg.items.sample:
+        return np.sort(np.random.default_rng(cfg.items.seed).choice(pool, cfg.items.n, replace=False))
+    return np.arange(cfg.items.n)
+
+
+def sudoku_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
+    """Items, answer options, exact editor and true-label function for rendered Sudoku boards."""
+    from cbm.vlm.editors import make_editor
+    from cbm.vlm.editors.synthetic import sudoku_items
+    from synthetic.registry import data_config
+    from synthetic.sudoku.checker import check_board
+    from synthetic.sudoku.dataset import CLASS_NAMES
+
+    dcfg = data_config(dict(cfg.data))
+    pool = {"test": dcfg.n_test, "calib": dcfg.n_calib, "train": dcfg.n_train, "val": dcfg.n_val}.get(cfg.items.split)
+    if pool is None:
+        raise ValueError(f"items.split: unknown split '{cfg.items.split}' (train, val, calib or test)")
+    positions = _positions(cfg, pool)
+    items = sudoku_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
+    named = [(f"sudoku-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
+    kind = cfg.editor["kind"]
+    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_sudoku"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**dict(cfg.editor))
+
+    def label_of(meta: Any) -> str:
+        return CLASS_NAMES[int(check_board(np.asarray(meta["board"]))[None].reshape(-1, 27).all())]
+
+    return named, list(cfg.options or CLASS_NAMES), editor, label_of
+
+
 def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     out = Path(cfg.output_dir)
-    items, options, editor, label_of = robot_setup(cfg)
+    setup = {"robot": robot_setup, "sudoku": sudoku_setup}[cfg.items.source]
+    items, options, editor, label_of = setup(cfg)
     clients = Clients(cfg, http_client=http_client)
     pipe = Pipeline(cfg, clients, editor, label_of)
     records = pipe.run(items, options)
