@@ -232,6 +232,11 @@ def test_statistics():
     assert s["ccs"].value == pytest.approx((0.5 + 0.0) / 2) and s["ccs_graded"].value == pytest.approx((0.5 + 0.5) / 2)
     assert s["pcs"].value == 1.0 and s["ncc"].value == 0.0 and s["ncc"].n == 2
     assert s["answer_follows_truth"].value == pytest.approx(2 / 3)
+    assert "judge_agreement" not in s
+    recs[0]["steps"][0]["judge2"] = {"ac": True, "ef": True}  # agrees
+    recs[0]["steps"][1]["judge2"] = {"ac": True, "ef": True}  # disagrees on EF
+    agree = summarise(recs, n_resamples=200)["judge_agreement"]
+    assert (agree.value, agree.n) == (0.5, 2) and agree.low == pytest.approx(wilson(1, 2).low)
 
 
 @pytest.mark.parametrize(
