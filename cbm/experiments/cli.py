@@ -158,7 +158,7 @@ def help_text(prog: str, config_name: str, summary: str, examples: list[str]) ->
     lines = [f"usage: {prog} [key=value ...] [group=option ...] [-m/--multirun]", "", summary, "", "config groups:"]
     for group in config_groups(config_name):
         lines.append(f"  {group:<11} {', '.join(group_options(group.split('@')[0]))}")
-    if (Path(CONF_DIR) / config_name).is_dir():  # presets of the app itself, added with +<name>=
+    if (Path(CONF_DIR) / config_name).is_dir() and config_name not in config_groups(config_name):  # presets added with +<name>=
         lines.append(f"  +{config_name:<10} {', '.join(group_options(config_name))}")
     raw = OmegaConf.to_container(cfg, resolve=False)
     settings = [f"{k}={_short(repr(raw.get(k)))}" for k in cfg if k not in ("defaults", "hydra")]

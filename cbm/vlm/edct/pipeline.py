@@ -8,7 +8,7 @@ the judge scores Answer Consistency, Explanation Faithfulness and a 1-5 rubric. 
 synthetic editors the true label of every counterfactual is known (``known_change``).
 
 Layout of ``output_dir``: ``items/<id>/record.json`` (every stage's parsed output, replies,
-errors, status), ``items/<id>/step<i>.png`` / ``step<i>_mask.png``, and the run's
+errors, status), ``items/<id>/original.png``, ``items/<id>/step<i>.png`` / ``step<i>_mask.png``, and the run's
 ``results.json`` / ``results.md`` / ``usage.json``. Replies are also in the client's disk cache.
 """
 
@@ -111,8 +111,11 @@ class Pipeline:
         d = self.root / item_id
         path = d / "record.json"
         rec = _load(path) or {"id": item_id, "status": "started"}
+        rec["question"] = self.cfg.question
         if self.label_of is not None:
             rec["truth"] = self.label_of(item.meta)
+        if not (d / "original.png").is_file():
+            _png(d / "original.png", item.image)
 
         def save() -> None:
             write_json_atomic(path, rec)

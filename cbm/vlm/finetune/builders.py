@@ -1,0 +1,160 @@
+"""Counterfactual Q/A sets with exact ground truth, from the synthetic renderers and from EDCT runs.
+
+Robots: for each robot and each asked part, the original image with its question and answer and
+the exact counterfactual (that part flipped to the other answer and re-rendered) with the flipped
+answer and the exact changed-pixel mask. Sudoku boards: "Which digit is in row R, column C?" on
+the original and on the board with that one digit changed. EDCT: every judged step's
+counterfactual with the true label of the edited item (synthetic runs), paired with its original.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from cbm.vlm.finetune.data import QARow, write_rows
+from synthetic.atomic import atomic_write
+
+
+@dataclass(frozen=True)
+class RobotQuestion:
+    """A question about one part; ``answers[v]`` is the answer when the part's group / value is ``v``;
+    ``target[v]`` the editor target that flips it."""
+
+    question: str
+    answers: tuple[str, str]
+    grouped: int = 0  # sub-type attributes: size of a group (value // grouped gives the answer index)
+
+
+#: part -> its question (attribute in ``cbm.vlm.editors.synthetic.ROBOT_PARTS``).
+ROBOT_QUESTIONS: dict[str, RobotQuestion] = {
+    "knees": RobotQuestion("Does this robot have knees? Answer yes or no.", ("no", "yes")),
+    "elbows": RobotQuestion("Does this robot have elbows? Answer yes or no.", ("no", "yes")),
+    "antennae": RobotQuestion("Does this robot have antennae? Answer yes or no.", ("no", "yes")),
+    "mouth": RobotQuestion("Is the robot's mouth open or closed?", ("open", "closed")),
+    "head": RobotQuestion("Is the robot's head square or round?", ("square", "round")),
+    "body": RobotQuestion("Is the robot's body square or round?", ("square", "round")),
+    "ears": RobotQuestion("Are the robot's ears square or triangular?", ("square", "triangular")),
+    "feet": RobotQuestion("What shape are the robot's feet, flat or pointy?", ("flat", "pointy"), grouped=5),
+    "hands": RobotQuestion("What shape are the robot's hands, round or edgy?", ("round", "edgy"), grouped=3),
+}
+
+
+def _png(path: Path, image: Image.Image) -> str:
+    atomic_write(path, lambda f: image.save(f, format="PNG"))
+    return str(path)
+
+
+def robot_pairs(cfg: Any, out_dir: str | Path, n: int, parts: Sequence[str] = ("knees", "feet", "mouth"), split: str = "test",
+                cache_dir: str | None = None, start: int = 0) -> list[QARow]:  # fmt: skip
+    """``2 * n * len(parts)`` rows (fewer where a part is invisible): images and masks written under
+    ``out_dir``; ``meta`` holds the part, attribute values and robot position."""
+    from cbm.vlm.editors import EditInstruction, RobotEditor, robot_items
+    from cbm.vlm.editors.synthetic import ROBOT_PARTS
+    from synthetic.robot.attributes import META_INDEX
+
+    unknown = sorted(set(parts) - set(ROBOT_QUESTIONS))
+    if unknown:
+        raise ValueError(f"robot parts {unknown} have no question (choose from: {', '.join(ROBOT_QUESTIONS)})")
+    out = Path(out_dir)
+    editor = RobotEditor(cfg)
+    rows: list[QARow] = []
+    for item in robot_items(editor.cfg, split, np.arange(start, start + n), cache_dir=cache_dir):
+        pos = item.meta["position"]
+        orig = _png(out / "images" / f"robot{pos:05d}.png", item.image)
+        for part in parts:
+            q = ROBOT_QUESTIONS[part]
+            attr = ROBOT_PARTS[part]
+            value = int(item.meta["row"][META_INDEX[attr]])
+            idx = value // q.grouped if q.grouped else value
+            target = q.answers[1 - idx] if q.grouped else None  # sub-types: flip the group (flat <-> pointy)
+            res = editor.edit(item, EditInstruction(part, target=target))
+            if not res.mask.any():  # the part is not visible: no counterfactual to learn from
+                continue
+            pid = f"robot{pos:05d}-{part}"
+            cf = _png(out / "images" / f"{pid}-cf.png", res.image)
+            mask = _png(out / "masks" / f"{pid}.png", Image.fromarray(res.mask.astype(np.uint8) * 255))
+            new = int(res.meta["row"][META_INDEX[attr]])
+            new_idx = new // q.grouped if q.grouped else new
+            meta = {"part": part, "attribute": attr, "position": int(pos)}
+            rows.append(QARow(orig, q.question, q.answers[idx], "original", pid, mask, {**meta, "value": value}))
+            rows.append(QARow(cf, q.question, q.answers[new_idx], "counterfactual", pid, mask, {**meta, "value": new}))
+    return rows
+
+
+def sudoku_pairs(cfg: Any, out_dir: str | Path, n: int, cells_per_board: int = 2, split: str = "test", cache_dir: str | None = None,
+                 seed: int = 0) -> list[QARow]:  # fmt: skip
+    """``2 * n * cells_per_board`` rows: "Which digit is in row R, column C?" before and after the
+    cell's digit changes (seeded cell choice among the filled cells)."""
+    from cbm.vlm.editors import EditInstruction, SudokuEditor, sudoku_items
+
+    out = Path(out_dir)
+    editor = SudokuEditor(cfg)
+    rng = np.random.default_rng(seed)
+    rows: list[QARow] = []
+    for item in sudoku_items(editor.cfg, split, np.arange(n), cache_dir=cache_dir):
+        pos = item.meta["position"]
+        board = np.asarray(item.meta["board"])
+        orig = _png(out / "images" / f"board{pos:05d}.png", item.image)
+        filled = np.argwhere(board > 0)
+        for r, c in filled[rng.choice(len(filled), size=min(cells_per_board, len(filled)), replace=False)]:
+            r, c = int(r) + 1, int(c) + 1
+            res = editor.edit(item, EditInstruction(f"row {r} column {c}"))
+            pid = f"board{pos:05d}-r{r}c{c}"
+            cf = _png(out / "images" / f"{pid}-cf.png", res.image)
+            mask = _png(out / "masks" / f"{pid}.png", Image.fromarray(res.mask.astype(np.uint8) * 255))
+            question = f"Which digit is in row {r}, column {c}? Answer with the digit."
+            meta = {"row": r, "col": c, "position": int(pos)}
+            rows.append(QARow(orig, question, str(res.changed["from"]), "original", pid, mask, meta))
+            rows.append(QARow(cf, question, str(res.changed["to"]), "counterfactual", pid, mask, meta))
+    return rows
+
+
+def edct_pairs(run_dir: str | Path, question: str | None = None) -> list[QARow]:
+    """Rows from a ``cbm-edct`` run on synthetic items: each item's original (answer = its true
+    label) paired with every judged step's counterfactual (answer = the edited item's true label),
+    the step's mask as the mask. Items without ground truth are skipped."""
+    run_dir = Path(run_dir)
+    cfg_q = question
+    res = run_dir / "results.json"
+    if cfg_q is None and not res.is_file():
+        raise ValueError(f"{run_dir}: not a cbm-edct run directory (no results.json)")
+    rows: list[QARow] = []
+    for rec_path in sorted((run_dir / "items").glob("*/record.json")):
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        if "truth" not in rec:
+            continue
+        q = cfg_q or rec.get("question") or "Which class is this?"
+        steps = [s for s in rec.get("steps", []) if s.get("status") == "judged" and "truth" in s]
+        orig = rec_path.parent / "original.png"
+        if not steps or not orig.is_file():
+            continue
+        for s in steps:
+            pid = f"{rec['id']}-step{s['index']}"
+            mask = rec_path.parent / f"step{s['index']}_mask.png"
+            m = str(mask) if mask.is_file() else None
+            rows.append(QARow(str(orig), q, rec["truth"], "original", pid, m, {"edct_item": rec["id"]}))
+            rows.append(QARow(str(rec_path.parent / f"step{s['index']}.png"), q, s["truth"], "counterfactual", pid, m,
+                              {"edct_item": rec["id"], "concept": s["concept"]}))  # fmt: skip
+    if not rows:
+        raise ValueError(f"{run_dir}: no judged steps with ground truth to export")
+    return rows
+
+
+def build(kind: str, out_dir: str | Path, **kwargs: Any) -> Path:
+    """Build a set (``robot`` | ``sudoku`` | ``edct``) into ``out_dir/pairs.jsonl`` (returned)."""
+    makers = {"robot": robot_pairs, "sudoku": sudoku_pairs}
+    out = Path(out_dir)
+    if kind == "edct":
+        rows = edct_pairs(**kwargs)
+    elif kind in makers:
+        rows = makers[kind](out_dir=out, **kwargs)
+    else:
+        raise ValueError(f"unknown counterfactual set '{kind}' (choose from: robot, sudoku, edct)")
+    return write_rows(out / "pairs.jsonl", rows)
