@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast lint bench gpu-check gpu-wheels notebooks
+.PHONY: setup demo test test-fast lint bench gpu-check qlora-check gpu-wheels notebooks
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,11 @@ bench: setup
 gpu-check:
 	bash benchmarks/gpu_check.sh
 
-## Wheels a GPU machine without a package index needs (hydra-core, omegaconf, antlr4): carry .whl/ there.
+## The QLoRA path on one CUDA GPU: fine-tuning tests, cbm-finetune finetune=qlora, benchmarks/qlora_gpu.py.
+qlora-check:
+	bash benchmarks/qlora_gpu_check.sh
+
+## Wheels a GPU machine without a package index needs (hydra-core, omegaconf, antlr4, bitsandbytes): carry .whl/ there.
 gpu-wheels: setup
 	$(PY) -m pip wheel -q --no-deps -w .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 -d .whl bitsandbytes==0.50.2

@@ -37,6 +37,7 @@ class TinyVLMConfig:
     intermediate: int = 128
     vision_width: int = 32
     vision_layers: int = 2
+    vision_heads: int = 2
     image_px: int = 56
     max_positions: int = 8192
     seed: int = 0
@@ -86,7 +87,7 @@ def build_tiny_vlm(path: str | Path, cfg: TinyVLMConfig = TinyVLMConfig()) -> Pa
                 num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads, max_position_embeddings=cfg.max_positions,
                 rope_parameters={"rope_type": "default", "mrope_section": section, "rope_theta": 10000.0},
                 bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)  # fmt: skip
-    vision = dict(depth=cfg.vision_layers, embed_dim=cfg.vision_width, hidden_size=cfg.hidden, num_heads=2, mlp_ratio=2,
+    vision = dict(depth=cfg.vision_layers, embed_dim=cfg.vision_width, hidden_size=cfg.hidden, num_heads=cfg.vision_heads, mlp_ratio=2,
                   patch_size=14, spatial_merge_size=2, temporal_patch_size=2, in_chans=3)  # fmt: skip
     config = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=vocab["<|image_pad|>"], video_token_id=vocab["<|video_pad|>"],
                            vision_start_token_id=vocab["<|vision_start|>"], vision_end_token_id=vocab["<|vision_end|>"],

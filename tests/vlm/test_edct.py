@@ -132,6 +132,16 @@ def test_scripted_run_gives_the_ground_truth_ccs(tmp_path, httpserver):
     u = res["usage"]["vlm"]
     assert u["requests"] == len(texts) and u["requests"] + u["cache_hits"] == 56
     assert sum("Give your answer" in t for t in texts) == 8 + 16  # every image is new
+    # the run exports as counterfactual fine-tuning rows with the true labels as answers
+    from cbm.vlm.finetune.builders import edct_pairs
+
+    rows = edct_pairs(d)
+    assert len(rows) == 2 * 16 and [r.split for r in rows[:2]] == ["original", "counterfactual"]
+    truth = {r["id"]: r for r in records}
+    for o, c in zip(rows[::2], rows[1::2]):
+        rec = truth[o.meta["edct_item"]]
+        step = rec["steps"][int(o.pair_id.rsplit("step", 1)[1]) - 1]
+        assert (o.answer, c.answer) == (rec["truth"], step["truth"]) and o.question == rec["question"] and Path(c.mask).is_file()
 
 
 def test_failed_judge_is_recorded_and_the_rerun_resumes(tmp_path, httpserver):

@@ -89,7 +89,8 @@ def test_lora_steps_lower_the_loss_touch_only_the_adapter_and_reload_identically
     assert trainable and all("lora_" in n for n in trainable)
     assert not any("visual" in n for n in trainable)  # the vision tower stays frozen
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-3)
-    batch = col(pairs[:4])
+    dev = next(model.parameters()).device  # the CPU here; the GPU under make qlora-check
+    batch = {k: v.to(dev) for k, v in col(pairs[:4]).items()}
     model.train()
     losses = []
     for _ in range(6):
