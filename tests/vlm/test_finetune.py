@@ -182,9 +182,27 @@ def test_builders_pair_each_original_with_its_exact_counterfactual(pairs, tmp_pa
         assert {orig.answer, cf.answer} == set(q.answers)  # the edit flips the answer
         a, b = (np.asarray(Image.open(p).convert("RGB")) for p in (orig.image, cf.image))
         assert np.array_equal((a != b).any(-1), np.asarray(Image.open(orig.mask)) > 0)  # the mask is the changed pixels
-    rows = sudoku_pairs(data_config({"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0, "n_test": 2, "cell_size": 18}),
-                        tmp_path, 2, cells_per_board=2, cache_dir=str(tmp_path / "cache"))  # fmt: skip
-    assert len(rows) == 8 and all(o.answer != c.answer and o.answer.isdigit() for o, c in zip(rows[::2], rows[1::2]))
+    from cbm.vlm.finetune.builders import robot_pairs
+    from synthetic.sudoku.checker import check_board
+
+    counts = robot_pairs(data_config(ROBOT), tmp_path / "counts", 3, parts=("antennae_count",), cache_dir=str(tmp_path / "cache"))
+    assert {(o.answer, c.answer) for o, c in zip(counts[::2], counts[1::2])} <= {("0", "2"), ("2", "0")} and counts
+    scfg = data_config({"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0, "n_test": 2, "cell_size": 18})
+    rows = sudoku_pairs(scfg, tmp_path, 2, cells_per_board=2, cache_dir=str(tmp_path / "cache"), questions=("digit", "row_valid"))
+    assert len(rows) == 16
+    digit = {o.pair_id: (o, c) for o, c in zip(rows[::2], rows[1::2]) if o.meta["question"] == "digit"}
+    assert all(o.answer != c.answer and o.answer.isdigit() for o, c in digit.values())
+    from cbm.vlm.editors import sudoku_items
+
+    boards = {it.meta["position"]: np.asarray(it.meta["board"]) for it in sudoku_items(scfg, "test", np.arange(2), cache_dir=str(tmp_path / "cache"))}
+    for o, c in zip(rows[::2], rows[1::2]):
+        if o.meta["question"] != "row_valid":
+            continue
+        r, col, pos = o.meta["row"], o.meta["col"], o.meta["position"]
+        before = boards[pos]
+        after = before.copy()
+        after[r - 1, col - 1] = int(digit[o.pair_id.removesuffix("-row_valid")][1].answer)
+        assert (o.answer, c.answer) == tuple("yes" if check_board(b)[r - 1] else "no" for b in (before, after))
 
 
 def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
@@ -193,7 +211,7 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
 
     cfg = FinetuneConfig(output_dir=str(tmp_path / "run"), model={"path": str(tiny)},
                          data={"n": 6, "parts": ["knees", "feet"], "cache_dir": str(tmp_path / "cache"), "source": {"image_size": 64}, "eval_fraction": 0.25},
-                         lora={"r": 8}, train={"epochs": 2, "batch_size": 4, "lr": 5e-3}, eval={"heatmaps": 1}, progress=False)  # fmt: skip
+                         lora={"r": 8}, train={"epochs": 2, "batch_size": 4, "lr": 5e-3}, eval={"heatmaps": 1}, merge=True, progress=False)  # fmt: skip
     out = run(cfg)
     res = out["result"]
     assert res["loss_last"] < res["loss_first"] and res["steps"] == 2 * 5  # ceil(18 rows / 4) per epoch
@@ -208,3 +226,13 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
     assert len(list((d / "heatmaps").glob("*.png"))) == 4  # one pair: original and counterfactual, before and after
     assert (d / "adapter" / "adapter_config.json").is_file() and (d / "csv" / "metrics.csv").is_file()
     assert (d / "data" / "pairs.jsonl").is_file() and len((d / "per_row.csv").read_text().splitlines()) == 7
+    # merge=true: the merged model computes what base + adapter computes
+    from peft import PeftModel
+
+    from cbm.vlm.finetune.model import load_model
+
+    batch = Collator(processor(tiny))(load_rows(d / "data" / "pairs.jsonl")[0][:2])
+    with torch.no_grad():
+        adapted = PeftModel.from_pretrained(load_model(tiny), d / "adapter").eval()(**batch).logits
+        merged = load_model(d / "merged").eval()(**batch).logits
+    torch.testing.assert_close(merged, adapted, atol=1e-4, rtol=1e-4)

@@ -30,6 +30,7 @@ class RobotQuestion:
     question: str
     answers: tuple[str, str]
     grouped: int = 0  # sub-type attributes: size of a group (value // grouped gives the answer index)
+    part: str | None = None  # the edited part when the key is not a part name (counts)
 
 
 #: part -> its question (attribute in ``cbm.vlm.editors.synthetic.ROBOT_PARTS``).
@@ -43,7 +44,12 @@ ROBOT_QUESTIONS: dict[str, RobotQuestion] = {
     "ears": RobotQuestion("Are the robot's ears square or triangular?", ("square", "triangular")),
     "feet": RobotQuestion("What shape are the robot's feet, flat or pointy?", ("flat", "pointy"), grouped=5),
     "hands": RobotQuestion("What shape are the robot's hands, round or edgy?", ("round", "edgy"), grouped=3),
+    "antennae_count": RobotQuestion("How many antennae does this robot have? Answer with a number.", ("0", "2"), part="antennae"),
+    "elbows_count": RobotQuestion("How many elbow joints does this robot have? Answer with a number.", ("0", "2"), part="elbows"),
+    "knees_count": RobotQuestion("How many knees does this robot have? Answer with a number.", ("0", "2"), part="knees"),
 }
+#: Sudoku question kinds: the digit of the edited cell, or the validity of its row.
+SUDOKU_QUESTIONS = ("digit", "row_valid")
 
 
 def _png(path: Path, image: Image.Image) -> str:
@@ -68,8 +74,9 @@ def robot_pairs(cfg: Any, out_dir: str | Path, n: int, parts: Sequence[str] = ("
     for item in robot_items(editor.cfg, split, np.arange(start, start + n), cache_dir=cache_dir):
         pos = item.meta["position"]
         orig = _png(out / "images" / f"robot{pos:05d}.png", item.image)
-        for part in parts:
-            q = ROBOT_QUESTIONS[part]
+        for key in parts:
+            q = ROBOT_QUESTIONS[key]
+            part = q.part or key
             attr = ROBOT_PARTS[part]
             value = int(item.meta["row"][META_INDEX[attr]])
             idx = value // q.grouped if q.grouped else value
@@ -77,22 +84,28 @@ def robot_pairs(cfg: Any, out_dir: str | Path, n: int, parts: Sequence[str] = ("
             res = editor.edit(item, EditInstruction(part, target=target))
             if not res.mask.any():  # the part is not visible: no counterfactual to learn from
                 continue
-            pid = f"robot{pos:05d}-{part}"
+            pid = f"robot{pos:05d}-{key}"
             cf = _png(out / "images" / f"{pid}-cf.png", res.image)
             mask = _png(out / "masks" / f"{pid}.png", Image.fromarray(res.mask.astype(np.uint8) * 255))
             new = int(res.meta["row"][META_INDEX[attr]])
             new_idx = new // q.grouped if q.grouped else new
-            meta = {"part": part, "attribute": attr, "position": int(pos)}
+            meta = {"part": part, "question": key, "attribute": attr, "position": int(pos)}
             rows.append(QARow(orig, q.question, q.answers[idx], "original", pid, mask, {**meta, "value": value}))
             rows.append(QARow(cf, q.question, q.answers[new_idx], "counterfactual", pid, mask, {**meta, "value": new}))
     return rows
 
 
 def sudoku_pairs(cfg: Any, out_dir: str | Path, n: int, cells_per_board: int = 2, split: str = "test", cache_dir: str | None = None,
-                 seed: int = 0) -> list[QARow]:  # fmt: skip
-    """``2 * n * cells_per_board`` rows: "Which digit is in row R, column C?" before and after the
-    cell's digit changes (seeded cell choice among the filled cells)."""
+                 seed: int = 0, questions: Sequence[str] = ("digit",)) -> list[QARow]:  # fmt: skip
+    """``2 * n * cells_per_board * len(questions)`` rows about a cell whose digit changes (seeded
+    choice among the filled cells): ``digit`` "Which digit is in row R, column C?", ``row_valid``
+    "Is row R valid?" (each digit 1-9 once), before and after."""
     from cbm.vlm.editors import EditInstruction, SudokuEditor, sudoku_items
+    from synthetic.sudoku.checker import check_board
+
+    unknown = sorted(set(questions) - set(SUDOKU_QUESTIONS))
+    if unknown:
+        raise ValueError(f"Sudoku questions {unknown} unknown (choose from: {', '.join(SUDOKU_QUESTIONS)})")
 
     out = Path(out_dir)
     editor = SudokuEditor(cfg)
@@ -109,10 +122,16 @@ def sudoku_pairs(cfg: Any, out_dir: str | Path, n: int, cells_per_board: int = 2
             pid = f"board{pos:05d}-r{r}c{c}"
             cf = _png(out / "images" / f"{pid}-cf.png", res.image)
             mask = _png(out / "masks" / f"{pid}.png", Image.fromarray(res.mask.astype(np.uint8) * 255))
-            question = f"Which digit is in row {r}, column {c}? Answer with the digit."
             meta = {"row": r, "col": c, "position": int(pos)}
-            rows.append(QARow(orig, question, str(res.changed["from"]), "original", pid, mask, meta))
-            rows.append(QARow(cf, question, str(res.changed["to"]), "counterfactual", pid, mask, meta))
+            for kind in questions:
+                if kind == "digit":
+                    q, a0, a1 = f"Which digit is in row {r}, column {c}? Answer with the digit.", str(res.changed["from"]), str(res.changed["to"])
+                else:  # the 27 checks are rows 1-9, columns 1-9, boxes 1-9
+                    q = f"Is row {r} of this Sudoku valid (each digit 1-9 exactly once)? Answer yes or no."
+                    a0, a1 = ("yes" if bool(check_board(b)[r - 1]) else "no" for b in (board, np.asarray(res.meta["board"])))
+                qid = pid if kind == "digit" else f"{pid}-{kind}"
+                rows.append(QARow(orig, q, a0, "original", qid, mask, {**meta, "question": kind}))
+                rows.append(QARow(cf, q, a1, "counterfactual", qid, mask, {**meta, "question": kind}))
     return rows
 
 

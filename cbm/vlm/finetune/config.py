@@ -33,7 +33,9 @@ class DataSettings:
     jsonl: str | None = None  # rows (image, question, answer, split, pair_id[, mask]); null: build a set
     build: str = "robot"  # robot | sudoku | edct (when jsonl is null)
     n: int = 24  # robots / boards to build pairs from
-    parts: list[str] = field(default_factory=lambda: ["knees", "feet", "mouth"])
+    parts: list[str] = field(default_factory=lambda: ["knees", "feet", "mouth"])  # robot questions
+    questions: list[str] = field(default_factory=lambda: ["digit"])  # Sudoku questions: digit | row_valid
+    cells_per_board: int = 2
     source: dict[str, Any] = field(default_factory=dict)  # generator config (robot / sudoku), edct: {run_dir: ...}
     cache_dir: str | None = None
     on_bad: str = "skip"

@@ -46,7 +46,8 @@ def build_rows(cfg: FinetuneConfig) -> tuple[list[QARow], list[BadRow]]:
         path = build("robot", out, cfg=src, n=d.n, parts=list(d.parts), cache_dir=d.cache_dir)
     else:
         src = data_config({"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0, "n_test": d.n, **dict(d.source)})
-        path = build("sudoku", out, cfg=src, n=d.n, cache_dir=d.cache_dir, seed=cfg.seed)
+        path = build("sudoku", out, cfg=src, n=d.n, cache_dir=d.cache_dir, seed=cfg.seed, cells_per_board=d.cells_per_board,
+                     questions=list(d.questions))  # fmt: skip
     return load_rows(path, d.on_bad)
 
 
