@@ -220,7 +220,7 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
         for split in ("original", "counterfactual"):
             s = res[when][split]
             assert s["rows"] == 3 and 0 <= s["accuracy"] <= 1 and 0 <= s["localisation"] <= 1 and s["loss"] > 0
-    assert set(res["mcnemar"]) == {"original", "counterfactual"}
+    assert set(res["mcnemar"]) == {"original", "counterfactual"} and set(res["original_vs_counterfactual"]) == {"before", "after"}
     d = tmp_path / "run"
     assert "| counterfactual | 3 |" in (d / "results.md").read_text()
     assert len(list((d / "heatmaps").glob("*.png"))) == 4  # one pair: original and counterfactual, before and after

@@ -180,11 +180,18 @@ def report(cfg: FinetuneConfig, out: Path, rows: Sequence[QARow], before: list[R
             b = [r.correct for r in before if r.split == split]
             a = [r.correct for r in after if r.split == split]
             tests[split] = mcnemar(b, a)
+    def by_pair(results: list[RowResult]) -> dict[str, Any]:  # originals vs counterfactuals, paired by pair_id
+        orig = {r.pair_id: r.correct for r in results if r.split == "original"}
+        cf = {r.pair_id: r.correct for r in results if r.split == "counterfactual"}
+        ids = sorted(set(orig) & set(cf))
+        return mcnemar([orig[i] for i in ids], [cf[i] for i in ids])
+
+    paired = {"after": by_pair(after), **({"before": by_pair(before)} if before is not None else {})}
     result = {
         "model": cfg.model.path, "quant": cfg.quant, "lora": {"r": cfg.lora.r, "alpha": cfg.lora.alpha}, "train_rows": n_train,
         "eval_rows": len(rows), "bad_rows": [str(b) for b in bad], "trainable_params": n_trainable, "total_params": n_total,
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None, "steps": len(losses),
-        "before": s_before, "after": s_after, "mcnemar": tests, "timing": timing,
+        "before": s_before, "after": s_after, "mcnemar": tests, "original_vs_counterfactual": paired, "timing": timing,
     }  # fmt: skip
     write_json_atomic(out / "results.json", result)
     lines = ["| split | rows | loss before | loss after | accuracy before | accuracy after | McNemar p (worse / better) | localisation before | localisation after |",
@@ -195,6 +202,8 @@ def report(cfg: FinetuneConfig, out: Path, rows: Sequence[QARow], before: list[R
         test = "" if t is None else f"{t['p_value']:.3g} ({t['worse']} / {t['better']})"
         lines.append(f"| {split} | {a['rows']} | {_f(b.get('loss'))} | {_f(a['loss'])} | {_f(b.get('accuracy'), 100, 1)} | "
                      f"{_f(a['accuracy'], 100, 1)} | {test} | {_f(b.get('localisation'))} | {_f(a['localisation'])} |")  # fmt: skip
+    lines += ["", "originals vs counterfactuals, paired by pair_id (McNemar: counterfactual wrong where the original is right / the reverse): "
+              + "; ".join(f"{k} p {v['p_value']:.3g} ({v['worse']} / {v['better']})" for k, v in paired.items())]  # fmt: skip
     lines += ["", f"training: {n_train} rows, {len(losses)} steps, loss {_f(result['loss_first'])} -> {_f(result['loss_last'])}; "
               f"{n_trainable:,} trainable of {n_total:,} parameters ({cfg.quant}, LoRA r={cfg.lora.r}); "
               + ", ".join(f"{k} {v:.1f} s" for k, v in timing.items())]  # fmt: skip
