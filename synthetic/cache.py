@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -103,3 +105,24 @@ def cached_arrays(
         return arrays
     finally:
         lock.release()
+
+
+#: Where expensive building blocks shared across configs (glyph banks, MIP-solved grids) are cached:
+#: the data cache of the dataset being generated (``None``: memory only).
+_AUX_DIR: ContextVar[str | None] = ContextVar("cbm_aux_cache_dir", default=None)
+
+
+@contextmanager
+def aux_cache(cache_dir: str | Path | None) -> Iterator[None]:
+    """Within the block, :func:`cached_block` stores its arrays under ``cache_dir`` (per thread / task)."""
+    token = _AUX_DIR.set(None if cache_dir is None else str(cache_dir))
+    try:
+        yield
+    finally:
+        _AUX_DIR.reset(token)
+
+
+def cached_block(key: dict[str, Any], build: Callable[[], np.ndarray], prefix: str) -> np.ndarray:
+    """``build()``'s array through the auxiliary cache set by :func:`aux_cache` (atomic, locked,
+    keyed and validated like datasets); without one, just ``build()``."""
+    return cached_arrays(key, lambda: {"block": build()}, _AUX_DIR.get(), prefix=prefix, required=("block",))["block"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData, split_codes
-from synthetic.cache import cached_arrays
+from synthetic.cache import aux_cache, cached_arrays, cached_block
 from synthetic.sudoku.checker import CONCEPT_NAMES, check_board
 from synthetic.sudoku.config import SudokuConfig
 from synthetic.sudoku.negatives import FAMILIES, family_probs, parse_fail_counts, sample_targets, walk
@@ -43,12 +43,25 @@ def _rng(seed: int, stream: int) -> np.random.Generator:
 
 def mip_grids(n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` full grids ``int8 [n,9,9]`` from HiGHS with random first row and column."""
-    grids = []
+    grids: list[np.ndarray] = []
     while len(grids) < n:
         g = solve_mip(rng=rng)
         if g is not None:  # random givens are always feasible; guard anyway
             grids.append(g)
     return np.stack(grids) if grids else np.zeros((0, 9, 9), dtype=np.int8)
+
+
+def seed_grids(seed: int, n_mip_seeds: int) -> np.ndarray:
+    """The MIP-solved seed grids of a config, cached on disk while a dataset is generated with a
+    cache directory: every config with the same ``seed`` and ``n_mip_seeds`` (any split sizes,
+    resolution, style) reuses them. The grids come from their own random stream, so reading them
+    back changes nothing downstream."""
+    import highspy
+    import scipy
+
+    key = {"kind": "mip_grids", "seed": int(seed), "n": int(n_mip_seeds), "scipy": scipy.__version__,
+           "highspy": getattr(highspy, "__version__", "?")}  # fmt: skip
+    return cached_block(key, lambda: mip_grids(n_mip_seeds, _rng(seed, _STREAM_MIP)), "mipgrids").astype(np.int8, copy=False)
 
 
 def valid_boards(n: int, seed: int = 0, n_mip_seeds: int = 32) -> np.ndarray:
@@ -81,7 +94,7 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
     n_pos = int(is_pos.sum())
     n_neg = n - n_pos
 
-    grids = mip_grids(cfg.n_mip_seeds, _rng(cfg.seed, _STREAM_MIP))
+    grids = seed_grids(cfg.seed, cfg.n_mip_seeds)
     exp_rng = _rng(cfg.seed, _STREAM_EXPAND)
     fresh = expand(grids, n_pos + n_neg, exp_rng)  # distinct: positives, then one base per negative
     boards = np.zeros((n, 9, 9), dtype=np.int8)
@@ -192,10 +205,12 @@ def cache_key(cfg: SudokuConfig) -> dict:
 
 
 def load(cfg: SudokuConfig, cache_dir: str | Path | None = None) -> SyntheticData:
-    """:func:`generate` through the on-disk cache (``cache_dir=None``: no cache)."""
-    arrays = cached_arrays(
-        cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku", required=SyntheticData.ARRAY_KEYS
-    )
+    """:func:`generate` through the on-disk cache (``cache_dir=None``: no cache); the glyph banks and
+    seed grids it needs are cached there too, shared by every config that uses them."""
+    with aux_cache(cache_dir):
+        arrays = cached_arrays(
+            cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku", required=SyntheticData.ARRAY_KEYS
+        )
     return SyntheticData.from_arrays(arrays)
 
 

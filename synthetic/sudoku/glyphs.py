@@ -16,7 +16,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+import PIL
 from PIL import Image, ImageDraw, ImageFont
+
+from synthetic.cache import cached_block
+
+#: Bump when the drawing of a glyph changes (the banks cached on disk then stop matching).
+GLYPH_VERSION = 1
 
 SUPERSAMPLE = 4
 #: Pencil-mark slots: the 3x3 sub-cells of a cell except the centre (main digit).
@@ -194,25 +200,47 @@ def printed_tile(digit: int, cs: int, rng: np.random.Generator, slot: int | None
     return _draw_text(digit, cs, (cx, cy), size, ink, bold)
 
 
+def _bank_key(kind: str, style: str, cell_size: int, n_variants: int, seed: int) -> dict:
+    # Pillow rasterises the strokes and the font: another version may draw other bytes
+    return {"kind": kind, "style": style, "cell_size": cell_size, "n_variants": n_variants, "seed": seed,
+            "version": GLYPH_VERSION, "pillow": PIL.__version__}  # fmt: skip
+
+
 @lru_cache(maxsize=16)
 def glyph_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
     """Main-digit tiles ``uint8 [10, n_variants, cs, cs]``; index 0 is the blank cell.
 
-    Read-only and cached per argument tuple.
+    Read-only; cached per argument tuple in memory and, while a dataset is generated with a cache
+    directory (:func:`synthetic.cache.aux_cache`), on disk: drawing 1,024 handwritten variants
+    costs seconds, reading them back milliseconds.
     """
+    _tile_fn(style)  # an unknown style fails before any cache access
+    bank = cached_block(_bank_key("glyphs", style, cell_size, n_variants, seed), lambda: _draw_glyph_bank(style, cell_size, n_variants, seed), "glyphs")
+    bank.setflags(write=False)
+    return bank
+
+
+def _draw_glyph_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
     draw = _tile_fn(style)
     rng = np.random.default_rng([seed, cell_size, 7])
     bank = np.full((10, n_variants, cell_size, cell_size), 255, dtype=np.uint8)
     for d in range(1, 10):
         for v in range(n_variants):
             bank[d, v] = draw(d, cell_size, rng)
-    bank.setflags(write=False)
     return bank
 
 
 @lru_cache(maxsize=16)
 def pencil_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
-    """Pencil-mark tiles ``uint8 [10, 8, n_variants, cs, cs]`` (digit, slot, variant); digit 0 = none."""
+    """Pencil-mark tiles ``uint8 [10, 8, n_variants, cs, cs]`` (digit, slot, variant); digit 0 = none.
+    Cached like :func:`glyph_bank`."""
+    _tile_fn(style)
+    bank = cached_block(_bank_key("pencil", style, cell_size, n_variants, seed), lambda: _draw_pencil_bank(style, cell_size, n_variants, seed), "glyphs")
+    bank.setflags(write=False)
+    return bank
+
+
+def _draw_pencil_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
     draw = _tile_fn(style)
     rng = np.random.default_rng([seed, cell_size, 11])
     bank = np.full((10, len(PENCIL_SLOTS), n_variants, cell_size, cell_size), 255, dtype=np.uint8)
@@ -220,7 +248,6 @@ def pencil_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.nd
         for s in range(len(PENCIL_SLOTS)):
             for v in range(n_variants):
                 bank[d, s, v] = draw(d, cell_size, rng, slot=s)
-    bank.setflags(write=False)
     return bank
 
 
