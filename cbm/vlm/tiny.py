@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cbm.vlm.tiny", description="Write a tiny random Qwen2-VL (no downloads) to DIR.")
     ap.add_argument("dir")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--image-px", type=int, default=TinyVLMConfig.image_px, help="processor pixel budget: side of the square image")
     args = ap.parse_args(argv)
-    print(build_tiny_vlm(args.dir, TinyVLMConfig(seed=args.seed)))
+    print(build_tiny_vlm(args.dir, TinyVLMConfig(seed=args.seed, image_px=args.image_px)))
     return 0
 
 
