@@ -28,7 +28,10 @@ Batch = dict[str, torch.Tensor]
 
 
 def images_to_float(x: torch.Tensor) -> torch.Tensor:
-    """``uint8 [B,H,W,3]`` -> ``float32 [B,3,H,W]`` in [0, 1]."""
+    """``uint8 [B,H,W,3]`` -> ``float32 [B,3,H,W]`` in [0, 1]; grey ``uint8 [B,H,W]`` (stored with
+    one channel) gives the same ``[B,3,H,W]`` with the channel repeated, as an RGB copy would."""
+    if x.ndim == 3:
+        return x[:, None].expand(-1, 3, -1, -1).float().div_(255.0)
     return x.permute(0, 3, 1, 2).float().div_(255.0)
 
 
@@ -101,7 +104,7 @@ class TensorBatches:
 
 
 class TensorSplit:
-    """One split's tensors (the batch contract, images still ``uint8 [N,H,W,3]``)."""
+    """One split's tensors (the batch contract, images still ``uint8 [N,H,W,3]`` or grey ``[N,H,W]``)."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], image: bool):
         self.tensors = tensors

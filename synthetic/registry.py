@@ -35,7 +35,10 @@ def load_data(cfg: Any, cache_dir: str | Path | None) -> SyntheticData:
 
 def data_info(data: SyntheticData, cfg: Any) -> dict[str, Any]:
     """The :class:`~cbm.models.config.DataInfo` fields a model is built from."""
-    in_shape = [data.x.shape[3], data.x.shape[1], data.x.shape[2]] if data.modality == "image" else list(data.x.shape[1:])
+    if data.modality == "image":  # grey images ([N,H,W]) reach the model as 3 channels
+        in_shape = [data.x.shape[3] if data.x.ndim == 4 else 3, data.x.shape[1], data.x.shape[2]]
+    else:
+        in_shape = list(data.x.shape[1:])
     return {
         "dataset": cfg.name,
         "modality": data.modality,

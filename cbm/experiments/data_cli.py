@@ -86,7 +86,7 @@ def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
     for ax in axes.flat:
         ax.axis("off")
     for ax, i in zip(axes.flat, rows):
-        ax.imshow(data.x[i], interpolation="nearest")
+        ax.imshow(data.x[i], interpolation="nearest", cmap="gray" if data.x.ndim == 3 else None, vmin=0, vmax=255)
         on = [n for n, v in zip(data.concept_names, data.c[i]) if v > 0.5]
         text = ", ".join(on) if len(on) <= 8 else f"{len(on)}/{data.n_concepts} concepts on"
         ax.set_title(f"y={data.class_names[data.y[i]]}\n{text}", fontsize=7, wrap=True)

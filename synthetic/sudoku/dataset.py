@@ -30,7 +30,7 @@ from synthetic.sudoku.solver import solve_mip
 from synthetic.sudoku.transforms import expand, unique_first
 
 #: Bump when the output for a given config changes.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: images stored grey, one channel [N,S,S]
 CLASS_NAMES = ["invalid", "valid"]
 META_NAMES = [f"cell_r{r}c{c}" for r in range(1, 10) for c in range(1, 10)] + ["render_seed", "neg_op"]
 
@@ -160,6 +160,7 @@ def generate(cfg: SudokuConfig) -> SyntheticData:
             noise=cfg.noise,
             glyph_seed=cfg.seed,
             glyph_variants=cfg.glyph_variants,
+            gray=True,  # boards are grey: one channel, 3x less memory; batches expand it to RGB
         )
     else:
         x = one_hot(boards)
@@ -177,6 +178,7 @@ def generate(cfg: SudokuConfig) -> SyntheticData:
         "failing_count_hist": {int(k): int(v) for k, v in zip(*np.unique(27 - lab["c"][neg].sum(1), return_counts=True))},
         "labels": "c, c_true and y computed by the exact checker on the final boards",
         "image_size": image_size(cfg.cell_size) if cfg.modality == "image" else None,
+        "channels": "grey, stored [N,S,S] uint8; batches give float [B,3,S,S] (the grey channel repeated)",
         "render": {"cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
                    "glyph_variants": cfg.glyph_variants, "pencil_prob": cfg.pencil_prob,
                    "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise},
@@ -215,11 +217,12 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None) -> SyntheticDat
 
 
 def rerender(data: SyntheticData, rows: np.ndarray, cfg: SudokuConfig, boards: np.ndarray | None = None) -> np.ndarray:
-    """Re-render samples from their meta (optionally with edited ``boards``: exact counterfactuals)."""
+    """Re-render samples from their meta (optionally with edited ``boards``: exact counterfactuals),
+    grey ``[N,S,S]`` like the stored images."""
     rows = np.asarray(rows)
     b = data.meta[rows, :81].reshape(-1, 9, 9) if boards is None else np.asarray(boards)
     return render_boards(
         b, cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, 81], pencil_prob=cfg.pencil_prob,
         pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed,
-        glyph_variants=cfg.glyph_variants,
+        glyph_variants=cfg.glyph_variants, gray=True,
     )

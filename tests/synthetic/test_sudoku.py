@@ -219,10 +219,25 @@ def test_load_uses_the_cache(tmp_path):
 # --------------------------------------------------------------------------- rendering
 def test_image_dataset_shapes_and_rerender(data):
     side = 9 * 18 + 2
-    assert data.x.shape == (len(data.y), side, side, 3) and data.x.dtype == np.uint8
+    assert data.x.shape == (len(data.y), side, side) and data.x.dtype == np.uint8  # grey: one channel
     assert image_size(18) == side and image_size(50) == 9 * 50 + 3
     rows = np.array([0, 7, 11])
     np.testing.assert_array_equal(rerender(data, rows, small()), data.x[rows])
+
+
+def test_grey_storage_gives_the_rgb_model_inputs(data):
+    """One stored channel, the same float batches as the RGB render: the RGB image is the grey one repeated."""
+    import torch
+
+    from synthetic.datamodule import images_to_float
+
+    rows = np.arange(6)
+    cfg = small()
+    rgb = render_boards(data.meta[rows, :81].reshape(-1, 9, 9), cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, 81],
+                        pencil_prob=cfg.pencil_prob, pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise,
+                        glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants)  # fmt: skip
+    assert rgb.shape == (*data.x[rows].shape, 3)
+    torch.testing.assert_close(images_to_float(torch.from_numpy(data.x[rows])), images_to_float(torch.from_numpy(rgb)), atol=0, rtol=0)
 
 
 def _preset(name: str) -> SudokuConfig:

@@ -180,7 +180,7 @@ def test_sudoku_digit_edit_changes_only_that_cell(boards, concept, target, rc):
     assert before[~box].tobytes() == after[~box].tobytes() and before.tobytes() != after.tobytes()
     assert (result.meta["board"] != item.meta["board"]).sum() == 1
     assert SudokuEditor(cfg).render(item.meta["board"][None], np.array([item.meta["render_seed"]]))[0].tobytes() == (
-        data.x[item.meta["index"]].tobytes()
+        np.repeat(data.x[item.meta["index"]][..., None], 3, axis=-1).tobytes()  # boards are stored grey
     )
 
 
