@@ -16,13 +16,15 @@ size leaves every attribute and label unchanged):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData, split_codes
-from synthetic.cache import cached_arrays
+from synthetic.cache import cached_arrays, config_hash
+from synthetic.chunked import render_to_npy
 from synthetic.robot import text as text_mod
 from synthetic.robot.attributes import (
     ARM_ANGLES,
@@ -118,8 +120,44 @@ def _add_pixel_noise(x: np.ndarray, cfg: RobotConfig, split: np.ndarray) -> np.n
     return out
 
 
-def generate(cfg: RobotConfig) -> SyntheticData:
-    """Generate all splits for ``cfg`` (pure: same config -> byte-identical arrays)."""
+class ImageRows:
+    """``rows(a, b)``: the images of rows ``a:b`` exactly as :func:`generate` makes them, chunk by
+    chunk in order (each split's pixel-noise stream advances as the rows go by; ``skip(a, b)``
+    advances it without rendering, for a resumed run)."""
+
+    def __init__(self, cfg: RobotConfig, meta: np.ndarray, split: np.ndarray):
+        self.cfg, self.meta, self.split = cfg, meta, split
+        self._rngs: dict[int, np.random.Generator] = {}
+
+    def _noise(self, a: int, b: int, x: np.ndarray | None) -> None:
+        size = self.cfg.image_size
+        for code in SPLITS.values():
+            seg = np.flatnonzero(self.split[a:b] == code)  # a split's rows are contiguous
+            if not len(seg):
+                continue
+            rng = self._rngs.setdefault(code, _rng(self.cfg, "pixels", code))
+            noise = rng.normal(0.0, self.cfg.pixel_noise, (len(seg), size, size, 3))
+            if x is not None:
+                lo, hi = seg[0], seg[-1] + 1
+                x[lo:hi] = np.clip(np.rint(x[lo:hi] + noise), 0, 255).astype(np.uint8)
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        c = self.cfg
+        x = render(self.meta[a:b], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        if c.pixel_noise > 0:
+            self._noise(a, b, x)
+        return x
+
+    def skip(self, a: int, b: int) -> None:
+        if self.cfg.pixel_noise > 0:
+            self._noise(a, b, None)
+
+
+def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | None = None) -> SyntheticData:
+    """Generate all splits for ``cfg`` (pure: same config -> byte-identical arrays).
+
+    ``images(rows, n)`` (optional) makes the image array from an :class:`ImageRows` (e.g. chunk by
+    chunk into a memory-mapped file, :func:`load` with ``storage="disk"``); by default all at once."""
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
     chosen = load_concept_set(cfg.concept_set)
@@ -157,7 +195,9 @@ def generate(cfg: RobotConfig) -> SyntheticData:
         "palettes": PALETTE_NAMES,
         "arm_angles_deg": list(ARM_ANGLES),
     }
-    if cfg.modality == "image":
+    if cfg.modality == "image" and images is not None:
+        x = images(ImageRows(cfg, meta, split), len(meta))
+    elif cfg.modality == "image":
         x = render(meta, cfg.image_size, blur=cfg.blur, occlude=cfg.occlude, visibility=cfg.visibility)
         if cfg.pixel_noise > 0:
             x = _add_pixel_noise(x, cfg, split)
@@ -196,13 +236,33 @@ def cache_key(cfg: RobotConfig) -> dict[str, Any]:
     }
 
 
-def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None) -> SyntheticData:
+#: Rows rendered per chunk by ``storage="disk"`` (32 px: 3 KB a robot, 12 MB a chunk).
+CHUNK_ROWS = 4096
+
+
+def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, storage: str = "memory", chunk_rows: int = CHUNK_ROWS) -> SyntheticData:
     """``generate(cfg)`` through the on-disk cache in ``cache_dir`` (``None``: no cache).
 
     ``cfg`` may also be a dict or Hydra ``DictConfig`` with the fields of :class:`RobotConfig`.
+    ``storage="disk"``: the images are rendered ``chunk_rows`` at a time into a memory-mapped
+    ``robot-<key>-x.npy`` in ``cache_dir`` (resumable, byte-identical to the in-memory arrays) and
+    come back memory-mapped, so a dataset larger than memory costs one chunk of RAM to make.
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
+    if storage == "disk" and cfg.modality == "image":
+        if cache_dir is None:
+            raise ValueError("storage='disk' needs a cache directory")
+        key = config_hash(cache_key(cfg))
+        path = Path(cache_dir) / f"robot-{key}-x.npy"
+
+        def to_disk(rows: ImageRows, n: int) -> np.ndarray:
+            shape = (n, cfg.image_size, cfg.image_size, 3)
+            return render_to_npy(path, shape, rows.rows, chunk_rows, key, skip=rows.skip)
+
+        return generate(cfg, images=to_disk)
+    if storage not in ("memory", "disk"):
+        raise ValueError(f"storage must be 'memory' or 'disk', got '{storage}'")
     arrays = cached_arrays(
         cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="robot", required=SyntheticData.ARRAY_KEYS
     )
