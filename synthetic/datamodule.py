@@ -17,6 +17,7 @@ same rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -95,7 +96,7 @@ class TensorBatches:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[Batch]:
-        device = next(iter(self.tensors.values())).device
+        device = self.tensors["y"].device if "y" in self.tensors else next(iter(self.tensors.values())).device
         for idx in self.sampler.batches(device):
             batch = {k: v.index_select(0, idx) for k, v in self.tensors.items()}
             if self.image:
@@ -118,10 +119,48 @@ class TensorSplit:
         return TensorSplit({k: v.to(device) for k, v in self.tensors.items()}, self.image)
 
 
+class MappedRows:
+    """The rows of a memory-mapped array (``storage="disk"``) that one split reads, gathered per
+    batch: only a batch is ever in memory. Quacks like the tensors it sits beside (``index_select``,
+    ``to``, ``len``, ``shape``); batches are gathered in sorted row order (sequential reads) into
+    pinned memory when a GPU will take them."""
+
+    def __init__(self, array: np.ndarray, rows: np.ndarray, pin: bool = False):
+        self.array, self.rows, self.pin = array, np.asarray(rows, dtype=np.int64), pin
+        self.shape = (len(self.rows), *array.shape[1:])
+        self.dtype = torch.from_numpy(np.zeros(0, dtype=array.dtype)).dtype
+        self.device = torch.device("cpu")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to(self, device: torch.device | str) -> MappedRows:
+        """Stays on disk; batches are moved to ``device`` when gathered."""
+        return MappedRows(self.array, self.rows, pin=torch.device(device).type == "cuda")
+
+    def index_select(self, dim: int, idx: torch.Tensor) -> torch.Tensor:
+        if dim != 0:
+            raise ValueError("MappedRows selects rows only")
+        want = self.rows[idx.cpu().numpy()]
+        order = np.argsort(want, kind="stable")
+        block = np.empty((len(want), *self.array.shape[1:]), dtype=self.array.dtype)
+        block[order] = self.array[want[order]]  # ascending reads, then back in batch order
+        out = torch.from_numpy(block)
+        if self.pin:
+            out = out.pin_memory()
+        return out.to(idx.device, non_blocking=self.pin)
+
+    def __getitem__(self, i: Any) -> torch.Tensor:
+        idx = torch.arange(len(self))[i]
+        return self.index_select(0, idx.reshape(-1)).reshape((*idx.shape, *self.shape[1:]))
+
+
 def data_tensors(data: SyntheticData, rows: np.ndarray) -> dict[str, torch.Tensor]:
-    """Tensors of the batch contract for the given rows (images stay ``uint8``)."""
+    """Tensors of the batch contract for the given rows (images stay ``uint8``; memory-mapped
+    images stay on disk, :class:`MappedRows`)."""
+    x = MappedRows(data.x, rows) if isinstance(data.x, np.memmap) else torch.from_numpy(np.ascontiguousarray(data.x[rows]))
     out = {
-        "x": torch.from_numpy(np.ascontiguousarray(data.x[rows])),
+        "x": x,
         "c": torch.from_numpy(data.c[rows].astype(np.float32)),
         "c_true": torch.from_numpy(data.c_true[rows].astype(np.float32)),
         "y": torch.from_numpy(data.y[rows].astype(np.int64)),

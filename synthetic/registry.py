@@ -27,10 +27,13 @@ def data_config(cfg: dict[str, Any]) -> Any:
     return to_dataclass(getattr(importlib.import_module(module), cls), cfg, "data")
 
 
-def load_data(cfg: Any, cache_dir: str | Path | None) -> SyntheticData:
-    """Generate (or read from the cache) the dataset of a validated config."""
+def load_data(cfg: Any, cache_dir: str | Path | None, storage: str = "memory") -> SyntheticData:
+    """Generate (or read from the cache) the dataset of a validated config; ``storage="disk"``:
+    images memory-mapped from ``cache_dir`` (rendered there in chunks the first time)."""
     module = importlib.import_module(DATASETS[cfg.name][0])
-    return module.load(cfg, cache_dir)
+    if storage == "memory":
+        return module.load(cfg, cache_dir)
+    return module.load(cfg, cache_dir, storage=storage)
 
 
 def data_info(data: SyntheticData, cfg: Any) -> dict[str, Any]:

@@ -160,7 +160,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     L.seed_everything(train_cfg.seed, workers=True, verbose=False)
 
     start = time.perf_counter()
-    data = load_data(data_cfg, train_cfg.cache_dir)
+    data = load_data(data_cfg, train_cfg.cache_dir, train_cfg.data_storage)
     data_s = time.perf_counter() - start
     t = train_cfg.trainer
     dm = SyntheticDataModule(

@@ -83,3 +83,40 @@ def test_a_progress_file_of_another_config_restarts_from_scratch(tmp_path):
     np.testing.assert_array_equal(out, rows(0, 10))
     with pytest.raises(ValueError, match=r"render\(0, 4\) gave shape"):
         render_to_npy(tmp_path / "bad.npy", (10, 3), lambda a, b: np.zeros((1, 3), np.uint8), 4, key="k")
+
+
+def test_datamodule_reads_mapped_images_batch_by_batch(tmp_path):
+    import torch
+
+    from synthetic.datamodule import MappedRows, SyntheticDataModule
+
+    cfg = RobotConfig(**ROBOT)
+    memory = SyntheticDataModule(lambda: robot_gen.generate(cfg), batch_size=16, eval_batch_size=32, seed=3)
+    disk = SyntheticDataModule(lambda: robot_gen.load(cfg, str(tmp_path), storage="disk", chunk_rows=50), batch_size=16, eval_batch_size=32, seed=3)
+    assert isinstance(disk.split("train").tensors["x"], MappedRows)
+    for name, shuffle in (("train", True), ("test", False)):
+        a, b = list(memory.loader(name, shuffle=shuffle)), list(disk.loader(name, shuffle=shuffle))
+        assert len(a) == len(b) > 1
+        for x, y in zip(a, b):
+            for k in x:
+                assert torch.equal(x[k], y[k]), (name, k)
+    mapped = disk.split("test").tensors["x"]
+    assert torch.equal(mapped[torch.tensor([5, 1, 5])], memory.split("test").tensors["x"][torch.tensor([5, 1, 5])])
+    assert mapped.to("cpu").shape == memory.split("test").tensors["x"].shape
+
+
+def test_cbm_train_with_disk_storage_gives_the_same_run(tmp_path, compose_train):
+    import json as _json
+
+    from cbm.experiments import train
+
+    results = {}
+    for storage in ("memory", "disk"):
+        cfg = compose_train(f"output_dir={tmp_path / storage}", "data.modality=image", "data.n_train=200", "data.n_calib=0",
+                            "data.n_test=100", "data.image_size=16", "trainer.max_epochs=1", f"data_storage={storage}",
+                            f"cache_dir={tmp_path / ('cache-' + storage)}")  # fmt: skip
+        train.run(cfg)
+        m = _json.loads((tmp_path / storage / "metrics.json").read_text())
+        results[storage] = {k: v for k, v in m.items() if k.startswith("test/") or k == "oracle_random"}
+    assert results["disk"] == results["memory"] and len(results["disk"]) == 5
+    assert list((tmp_path / "cache-disk").glob("robot-*-x.npy"))
