@@ -1,8 +1,8 @@
 """Images rendered chunk by chunk into a memory-mapped ``.npy``: datasets larger than memory.
 
 :func:`render_to_npy` fills ``<path>.partial`` (a ``.npy`` opened with ``numpy.lib.format.open_memmap``)
-``chunk`` rows at a time from ``render(a, b) -> uint8 [b-a, ...]``; after each chunk the map is
-flushed and ``<path>.progress.json`` records the rows done (atomically). When every row is done the
+``chunk`` rows at a time from ``render(a, b) -> uint8 [b-a, ...]`` (positioned writes, fsync-ed);
+after each chunk ``<path>.progress.json`` records the rows done (atomically). When every row is done the
 partial file is renamed to ``path``. A killed run leaves the partial file and its progress: the
 next call with the same key resumes after the last recorded chunk (a chunk that was being written
 is simply written again), and no reader ever opens a partial file. Peak memory is one chunk.
@@ -72,26 +72,29 @@ def render_to_npy(
                 done = int(state["done"])
         except (OSError, ValueError, KeyError):
             done = 0
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     if done == 0 or not partial.exists():
         done = 0
-        out = np.lib.format.open_memmap(partial, mode="w+", dtype=dtype, shape=tuple(shape))
+        header = np.lib.format.open_memmap(partial, mode="w+", dtype=dtype, shape=tuple(shape))  # header + sparse file
+        del header
     else:
-        out = np.lib.format.open_memmap(partial, mode="r+")
         log.info("%s: resuming after %d of %d rows", path, done, n)
         if skip is not None:
             for a in range(0, done, chunk):
                 skip(a, min(done, a + chunk))
-    for a in range(done, n, chunk):
-        b = min(n, a + chunk)
-        block = render(a, b)
-        if block.shape != (b - a, *shape[1:]):
-            raise ValueError(f"render({a}, {b}) gave shape {block.shape}, expected {(b - a, *shape[1:])}")
-        out[a:b] = block
-        out.flush()
-        write_json_atomic(progress, {"key": key, "shape": list(shape), "done": b})
-        if on_chunk is not None:
-            on_chunk(b, n)
-    del out
+    offset = partial.stat().st_size - n * row_bytes  # the .npy header's length
+    # plain positioned writes, not a writable map: written pages never count in this process's memory
+    with open(partial, "r+b") as f:
+        for a in range(done, n, chunk):
+            b = min(n, a + chunk)
+            block = np.ascontiguousarray(render(a, b), dtype=dtype)
+            if block.shape != (b - a, *shape[1:]):
+                raise ValueError(f"render({a}, {b}) gave shape {block.shape}, expected {(b - a, *shape[1:])}")
+            os.pwrite(f.fileno(), memoryview(block).cast("B"), offset + a * row_bytes)
+            os.fsync(f.fileno())
+            write_json_atomic(progress, {"key": key, "shape": list(shape), "done": b})
+            if on_chunk is not None:
+                on_chunk(b, n)
     os.replace(partial, path)
     progress.unlink(missing_ok=True)
     return np.load(path, mmap_mode="r")

@@ -16,6 +16,7 @@ same rows.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -138,13 +139,33 @@ class MappedRows:
         """Stays on disk; batches are moved to ``device`` when gathered."""
         return MappedRows(self.array, self.rows, pin=torch.device(device).type == "cuda")
 
+    def _read(self, want: np.ndarray) -> np.ndarray:
+        """Rows ``want`` of the file by positioned reads (ascending), so pages read never stay in
+        this process's memory the way a mapping's would."""
+        shape, dtype = self.array.shape[1:], self.array.dtype
+        block = np.empty((len(want), *shape), dtype=dtype)
+        filename = getattr(self.array, "filename", None)
+        if filename is None:
+            block[:] = self.array[want]
+            return block
+        row_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        flat = block.reshape(-1).view(np.uint8)
+        order = np.argsort(want, kind="stable")
+        fd = os.open(filename, os.O_RDONLY)
+        try:
+            for i in order:
+                buf = memoryview(flat[int(i) * row_bytes : (int(i) + 1) * row_bytes])
+                got = os.preadv(fd, [buf], int(self.array.offset) + int(want[i]) * row_bytes)
+                if got != row_bytes:
+                    raise OSError(f"{filename}: short read of row {int(want[i])}")
+        finally:
+            os.close(fd)
+        return block
+
     def index_select(self, dim: int, idx: torch.Tensor) -> torch.Tensor:
         if dim != 0:
             raise ValueError("MappedRows selects rows only")
-        want = self.rows[idx.cpu().numpy()]
-        order = np.argsort(want, kind="stable")
-        block = np.empty((len(want), *self.array.shape[1:]), dtype=self.array.dtype)
-        block[order] = self.array[want[order]]  # ascending reads, then back in batch order
+        block = self._read(self.rows[idx.cpu().numpy()])
         out = torch.from_numpy(block)
         if self.pin:
             out = out.pin_memory()
