@@ -121,8 +121,8 @@ class TensorSplit:
 
 
 class MappedRows:
-    """The rows of a memory-mapped array (``storage="disk"``) that one split reads, gathered per
-    batch: only a batch is ever in memory. Quacks like the tensors it sits beside (``index_select``,
+    """The rows of a memory-mapped array (``storage="disk"``) or of images rendered on access
+    (``storage="render"``) that one split reads, gathered per batch: only a batch is ever in memory. Quacks like the tensors it sits beside (``index_select``,
     ``to``, ``len``, ``shape``); batches are gathered in sorted row order (sequential reads) into
     pinned memory when a GPU will take them."""
 
@@ -179,7 +179,8 @@ class MappedRows:
 def data_tensors(data: SyntheticData, rows: np.ndarray) -> dict[str, torch.Tensor]:
     """Tensors of the batch contract for the given rows (images stay ``uint8``; memory-mapped
     images stay on disk, :class:`MappedRows`)."""
-    x = MappedRows(data.x, rows) if isinstance(data.x, np.memmap) else torch.from_numpy(np.ascontiguousarray(data.x[rows]))
+    lazy = isinstance(data.x, np.memmap) or not isinstance(data.x, np.ndarray)  # on disk, or rendered per batch
+    x = MappedRows(data.x, rows) if lazy else torch.from_numpy(np.ascontiguousarray(data.x[rows]))
     out = {
         "x": x,
         "c": torch.from_numpy(data.c[rows].astype(np.float32)),

@@ -124,8 +124,9 @@ class TrainConfig:
     batch_size: int = 64
     eval_batch_size: int = 1024
     cache_dir: str | None = ".cache/cbm"
-    #: memory | disk: images rendered in chunks into a memory-mapped file in cache_dir and read
-    #: batch by batch (datasets larger than memory); the same bytes either way.
+    #: memory | disk | render: disk renders the images in chunks into a file in cache_dir and reads
+    #: them batch by batch (datasets larger than memory); render draws each batch's images when it
+    #: is read (nothing stored); the same bytes every way.
     data_storage: str = "memory"
     output_dir: str = "."
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -137,7 +138,7 @@ class TrainConfig:
             raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("batch_size and eval_batch_size must be >= 1")
-        if self.data_storage not in ("memory", "disk"):
-            raise ValueError(f"data_storage must be 'memory' or 'disk', got '{self.data_storage}'")
+        if self.data_storage not in ("memory", "disk", "render"):
+            raise ValueError(f"data_storage must be 'memory', 'disk' or 'render', got '{self.data_storage}'")
         if self.data_storage == "disk" and self.cache_dir is None:
             raise ValueError("data_storage=disk needs a cache_dir (the memory-mapped images live there)")

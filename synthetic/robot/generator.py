@@ -25,6 +25,7 @@ import numpy as np
 from synthetic.base import SPLITS, SyntheticData, split_codes
 from synthetic.cache import cached_arrays, config_hash
 from synthetic.chunked import render_to_npy
+from synthetic.lazy import RenderedImages
 from synthetic.robot import text as text_mod
 from synthetic.robot.attributes import (
     ARM_ANGLES,
@@ -152,6 +153,13 @@ class ImageRows:
         if self.cfg.pixel_noise > 0:
             self._noise(a, b, None)
 
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Any rows, in any order (noise-free configs: each image is a function of its row alone)."""
+        if self.cfg.pixel_noise > 0:
+            raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
+        c = self.cfg
+        return render(self.meta[np.asarray(rows, dtype=np.int64)], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+
 
 def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | None = None) -> SyntheticData:
     """Generate all splits for ``cfg`` (pure: same config -> byte-identical arrays).
@@ -247,9 +255,16 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
     ``storage="disk"``: the images are rendered ``chunk_rows`` at a time into a memory-mapped
     ``robot-<key>-x.npy`` in ``cache_dir`` (resumable, byte-identical to the in-memory arrays) and
     come back memory-mapped, so a dataset larger than memory costs one chunk of RAM to make.
+    ``storage="render"``: nothing is stored, each batch's images are rendered when read (noise-free
+    configs; the same bytes).
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
+    if storage == "render" and cfg.modality == "image":
+        if cfg.pixel_noise > 0:
+            raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
+        shape = (cfg.image_size, cfg.image_size, 3)
+        return generate(cfg, images=lambda rows, n: RenderedImages(rows.take, (n, *shape)))
     if storage == "disk" and cfg.modality == "image":
         if cache_dir is None:
             raise ValueError("storage='disk' needs a cache directory")
@@ -261,8 +276,8 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
             return render_to_npy(path, shape, rows.rows, chunk_rows, key, skip=rows.skip)
 
         return generate(cfg, images=to_disk)
-    if storage not in ("memory", "disk"):
-        raise ValueError(f"storage must be 'memory' or 'disk', got '{storage}'")
+    if storage not in ("memory", "disk", "render"):
+        raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
     arrays = cached_arrays(
         cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="robot", required=SyntheticData.ARRAY_KEYS
     )

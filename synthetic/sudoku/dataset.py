@@ -24,6 +24,7 @@ import numpy as np
 from synthetic.base import SPLITS, SyntheticData, split_codes
 from synthetic.cache import aux_cache, cached_arrays, cached_block, config_hash
 from synthetic.chunked import render_to_npy
+from synthetic.lazy import RenderedImages
 from synthetic.sudoku.checker import CONCEPT_NAMES, check_board
 from synthetic.sudoku.config import SudokuConfig
 from synthetic.sudoku.negatives import FAMILIES, family_probs, parse_fail_counts, sample_targets, walk
@@ -142,26 +143,26 @@ def one_hot(boards: np.ndarray) -> np.ndarray:
     return out.reshape(len(flat), 729)
 
 
-def generate(cfg: SudokuConfig, images: Callable[[Callable[[int, int], np.ndarray], tuple[int, ...]], np.ndarray] | None = None) -> SyntheticData:
+def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndarray], tuple[int, ...]], np.ndarray] | None = None) -> SyntheticData:
     """The dataset of ``cfg``: a pure function (same config -> byte-identical arrays).
 
-    ``images(rows, shape)`` (optional) makes the image array from ``rows(a, b)`` (the boards
-    ``a:b`` rendered exactly as here), e.g. chunk by chunk into a memory-mapped file."""
+    ``images(take, shape)`` (optional) makes the image array from ``take(rows)`` (those boards
+    rendered exactly as here), e.g. chunk by chunk into a memory-mapped file."""
     if not isinstance(cfg, SudokuConfig):
         raise TypeError("generate: expected a SudokuConfig")
     lab = labelled_boards(cfg)
     boards = lab["board"]
     n = len(boards)
     render_seed = _rng(cfg.seed, _STREAM_RENDER).integers(0, 2**62, size=n, dtype=np.int64)
-    def board_rows(a: int, b: int) -> np.ndarray:
+    def take(rows: np.ndarray) -> np.ndarray:  # any boards: each image depends on its board and render seed only
         return render_boards(
-            boards[a:b], cell_size=cfg.cell_size, style=cfg.style, seeds=render_seed[a:b], pencil_prob=cfg.pencil_prob,
+            boards[rows], cell_size=cfg.cell_size, style=cfg.style, seeds=render_seed[rows], pencil_prob=cfg.pencil_prob,
             pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants, gray=True,
         )  # fmt: skip
 
     if cfg.modality == "image" and images is not None:
         side = image_size(cfg.cell_size)
-        x = images(board_rows, (n, side, side))
+        x = images(take, (n, side, side))
     elif cfg.modality == "image":
         x = render_boards(
             boards,
@@ -228,16 +229,20 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
     """:func:`generate` through the on-disk cache (``cache_dir=None``: no cache); the glyph banks and
     seed grids it needs are cached there too, shared by every config that uses them.
     ``storage="disk"``: images rendered ``chunk_rows`` at a time into a memory-mapped
-    ``sudoku-<key>-x.npy`` (resumable, byte-identical) and returned memory-mapped."""
-    if storage not in ("memory", "disk"):
-        raise ValueError(f"storage must be 'memory' or 'disk', got '{storage}'")
+    ``sudoku-<key>-x.npy`` (resumable, byte-identical) and returned memory-mapped; ``"render"``:
+    nothing stored, each batch's boards rendered when read (the same bytes)."""
+    if storage not in ("memory", "disk", "render"):
+        raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
+    if storage == "render" and cfg.modality == "image":
+        with aux_cache(cache_dir):
+            return generate(cfg, images=lambda take, shape: RenderedImages(take, shape))
     if storage == "disk" and cfg.modality == "image":
         if cache_dir is None:
             raise ValueError("storage='disk' needs a cache directory")
         key = config_hash(cache_key(cfg))
         path = Path(cache_dir) / f"sudoku-{key}-x.npy"
         with aux_cache(cache_dir):
-            return generate(cfg, images=lambda rows, shape: render_to_npy(path, shape, rows, chunk_rows, key))
+            return generate(cfg, images=lambda take, shape: render_to_npy(path, shape, lambda a, b: take(np.arange(a, b)), chunk_rows, key))
     with aux_cache(cache_dir):
         arrays = cached_arrays(
             cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku", required=SyntheticData.ARRAY_KEYS

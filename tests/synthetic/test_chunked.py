@@ -111,12 +111,34 @@ def test_cbm_train_with_disk_storage_gives_the_same_run(tmp_path, compose_train)
     from cbm.experiments import train
 
     results = {}
-    for storage in ("memory", "disk"):
+    for storage in ("memory", "disk", "render"):
         cfg = compose_train(f"output_dir={tmp_path / storage}", "data.modality=image", "data.n_train=200", "data.n_calib=0",
                             "data.n_test=100", "data.image_size=16", "trainer.max_epochs=1", f"data_storage={storage}",
                             f"cache_dir={tmp_path / ('cache-' + storage)}")  # fmt: skip
         train.run(cfg)
         m = _json.loads((tmp_path / storage / "metrics.json").read_text())
         results[storage] = {k: v for k, v in m.items() if k.startswith("test/") or k == "oracle_random"}
-    assert results["disk"] == results["memory"] and len(results["disk"]) == 5
+    assert results["disk"] == results["memory"] == results["render"] and len(results["disk"]) == 5
     assert list((tmp_path / "cache-disk").glob("robot-*-x.npy"))
+
+
+def test_rendering_per_batch_gives_the_cached_images(tmp_path):
+    import torch
+
+    from synthetic.datamodule import SyntheticDataModule
+    from synthetic.lazy import RenderedImages
+
+    rng = np.random.default_rng(0)
+    for gen, cfg in ((sudoku_gen, SudokuConfig(**SUDOKU)), (robot_gen, RobotConfig(**{**ROBOT, "pixel_noise": 0.0}))):
+        memory = gen.generate(cfg)
+        lazy = gen.load(cfg, str(tmp_path), storage="render")
+        assert isinstance(lazy.x, RenderedImages) and lazy.x.nbytes == 0 and lazy.x.shape == memory.x.shape
+        idx = rng.permutation(len(memory.x))[:17]
+        np.testing.assert_array_equal(lazy.x[idx], memory.x[idx])  # any rows, any order
+        np.testing.assert_array_equal(lazy.x[3], memory.x[3])
+        np.testing.assert_array_equal(np.asarray(lazy.x), memory.x)
+        a = list(SyntheticDataModule(lambda: memory, batch_size=8, seed=1).loader("train", shuffle=True))
+        b = list(SyntheticDataModule(lambda: lazy, batch_size=8, seed=1).loader("train", shuffle=True))
+        assert len(a) == len(b) and all(torch.equal(x["x"], y["x"]) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="cannot draw robots with pixel_noise > 0 row by row"):
+        robot_gen.load(RobotConfig(**ROBOT), str(tmp_path), storage="render")
