@@ -137,8 +137,8 @@ def test_rendering_per_batch_gives_the_cached_images(tmp_path):
         np.testing.assert_array_equal(lazy.x[idx], memory.x[idx])  # any rows, any order
         np.testing.assert_array_equal(lazy.x[3], memory.x[3])
         np.testing.assert_array_equal(np.asarray(lazy.x), memory.x)
-        a = list(SyntheticDataModule(lambda: memory, batch_size=8, seed=1).loader("train", shuffle=True))
-        b = list(SyntheticDataModule(lambda: lazy, batch_size=8, seed=1).loader("train", shuffle=True))
+        a = list(SyntheticDataModule(lambda m=memory: m, batch_size=8, seed=1).loader("train", shuffle=True))
+        b = list(SyntheticDataModule(lambda d=lazy: d, batch_size=8, seed=1).loader("train", shuffle=True))
         assert len(a) == len(b) and all(torch.equal(x["x"], y["x"]) for x, y in zip(a, b))
     with pytest.raises(ValueError, match="cannot draw robots with pixel_noise > 0 row by row"):
         robot_gen.load(RobotConfig(**ROBOT), str(tmp_path), storage="render")
