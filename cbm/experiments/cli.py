@@ -24,6 +24,17 @@ from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, fail, on
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
+def typed_app_config(cfg: DictConfig, cls: type) -> Any:
+    """An app's composed config as its dataclass ``cls`` (fields with unions, which OmegaConf's
+    structured configs cannot hold): unknown top-level keys and ``__post_init__`` checks are one line."""
+    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    raw.pop("hydra", None)
+    unknown = sorted(set(raw) - set(cls.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}")
+    return cls(**raw)
+
+
 def group_options(group: str) -> list[str]:
     """Config names of a group (``model`` -> ``[blackbox, cbm, ...]``)."""
     d = Path(CONF_DIR) / group

@@ -12,22 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from cbm.experiments.cli import hydra_app
+from cbm.experiments.cli import hydra_app, typed_app_config
 from cbm.experiments.common import say
 from cbm.vlm.edct.config import EDCTConfig
 
 
 def validate(cfg: DictConfig) -> EDCTConfig:
     """The typed config (one clear line for a bad value)."""
-    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    raw.pop("hydra", None)
-    known = set(EDCTConfig.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}")
-    return EDCTConfig(**raw)
+    return typed_app_config(cfg, EDCTConfig)
 
 
 def run(cfg: DictConfig | EDCTConfig) -> dict[str, Any]:

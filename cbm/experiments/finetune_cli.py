@@ -10,20 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from cbm.experiments.cli import hydra_app
+from cbm.experiments.cli import hydra_app, typed_app_config
 from cbm.experiments.common import say
 from cbm.vlm.finetune.config import FinetuneConfig
 
 
 def validate(cfg: DictConfig) -> FinetuneConfig:
-    raw: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    raw.pop("hydra", None)
-    unknown = sorted(set(raw) - set(FinetuneConfig.__dataclass_fields__))
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}")
-    return FinetuneConfig(**raw)
+    return typed_app_config(cfg, FinetuneConfig)
 
 
 def run(cfg: DictConfig | FinetuneConfig) -> dict[str, Any]:

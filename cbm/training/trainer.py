@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import CHECKPOINT_MONITORS, TrainConfig
+from cbm.progress import progress_bar_wanted
 from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
 
@@ -102,11 +103,6 @@ class EpochLine(Callback):
                  time.perf_counter() - self.start)  # fmt: skip
 
 
-def progress_bar_wanted(setting: bool | str) -> bool:
-    """``auto``: a progress bar only when stderr is a terminal (no carriage-return spam in logs)."""
-    return sys.stderr.isatty() if setting == "auto" else bool(setting)
-
-
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
     monitor, mode = CHECKPOINT_MONITORS[t.checkpoint_monitor]
@@ -141,7 +137,6 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
 
 def finish_wandb() -> None:
     """Close the W&B run so the next Hydra multirun job starts its own."""
-    import sys
 
     if "wandb" in sys.modules:
         import wandb

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Protocol
 
+from cbm.progress import progress_bar_wanted
 from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.messages import user_message
@@ -129,7 +130,7 @@ class ChatClient:
         from tqdm.auto import tqdm
 
         results: list[Reply | ChatError] = [None] * len(requests)  # type: ignore[list-item]
-        bar = tqdm(total=len(requests), desc=desc, disable=(not _isatty()) if progress is None else not progress, leave=False)
+        bar = tqdm(total=len(requests), desc=desc, disable=not progress_bar_wanted(progress), leave=False)
         with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
             futures = {pool.submit(self.try_chat, m, **params): i for i, m in enumerate(requests)}
             for fut in as_completed(futures):
@@ -157,11 +158,6 @@ class ChatClient:
         """The ``llm`` intervener's interface: one user turn (with the image if given) -> reply text."""
         return self.chat(self.messages(prompt, [] if image is None else [image])).text
 
-
-def _isatty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
 
 
 def make_client(**settings: Any) -> ChatClient:

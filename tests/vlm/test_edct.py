@@ -37,32 +37,39 @@ def completion(text: str) -> Response:
     return Response(json.dumps(body), content_type="application/json")
 
 
+def chain_truth(items, editor, concepts, label, key: str) -> tuple[dict[bytes, str], list[list[bool]]]:
+    """Every original and counterfactual image (``concepts`` edited in order, as the scripted
+    chain asks) -> its true class; and per item, whether each step flips the original's class.
+    ``key`` names the meta entry the label reads (robot ``row``, Sudoku ``board``)."""
+    from cbm.vlm.editors import EditInstruction, EditItem
+
+    table, flips = {}, []
+    for item in items:
+        first = label(item.meta[key])
+        table[item.array.tobytes()] = first
+        cur, row_flips = item, []
+        for concept in concepts:
+            res = editor.edit(cur, EditInstruction(concept))
+            table[np.asarray(res.image).tobytes()] = label(res.meta[key])
+            row_flips.append(label(res.meta[key]) != first)
+            cur = EditItem(res.image, res.meta, item.kind)
+        flips.append(row_flips)
+    return table, flips
+
+
 def expected_chain(n: int, cache: Path) -> tuple[dict[bytes, str], list[list[bool]]]:
-    """Every original and counterfactual image (feet, then mouth, as the scripted chain asks) ->
-    its label-rule class; and per item, whether each step flips the original's class."""
-    from cbm.vlm.editors import EditInstruction, EditItem, RobotEditor, robot_items
+    """:func:`chain_truth` of the first ``n`` test robots under the label rule."""
+    from cbm.vlm.editors import RobotEditor, robot_items
     from synthetic.registry import data_config
     from synthetic.robot import CLASS_NAMES, glorp_probability
     from synthetic.robot.attributes import attribute_table
 
     cfg = data_config(DATA)
-    editor = RobotEditor(cfg)
 
     def label(row: np.ndarray) -> str:
         return CLASS_NAMES[int(glorp_probability(attribute_table(np.asarray(row)[None]), cfg)[0] > 0.5)]
 
-    table, flips = {}, []
-    for item in robot_items(cfg, "test", np.arange(n), cache_dir=str(cache)):
-        first = label(item.meta["row"])
-        table[item.array.tobytes()] = first
-        cur, row_flips = item, []
-        for concept in CHAIN:
-            res = editor.edit(cur, EditInstruction(concept))
-            table[np.asarray(res.image).tobytes()] = label(res.meta["row"])
-            row_flips.append(label(res.meta["row"]) != first)
-            cur = EditItem(res.image, res.meta, "robot")
-        flips.append(row_flips)
-    return table, flips
+    return chain_truth(robot_items(cfg, "test", np.arange(n), cache_dir=str(cache)), RobotEditor(cfg), CHAIN, label, "row")
 
 
 def scripted(table: dict[bytes, str] | None, fail_judge: dict | None = None):
@@ -321,27 +328,17 @@ CELLS = ("row 1 column 1", "row 5 column 5")
 
 
 def test_sudoku_boards_with_the_exact_digit_editor(tmp_path, httpserver):
-    from cbm.vlm.editors import EditInstruction, EditItem, SudokuEditor, sudoku_items
+    from cbm.vlm.editors import SudokuEditor, sudoku_items
     from synthetic.registry import data_config
     from synthetic.sudoku.checker import check_board
 
     cfg = data_config(SUDOKU)
-    editor = SudokuEditor(cfg)
 
     def label(board) -> str:
         return "valid" if bool(check_board(np.asarray(board)).all()) else "invalid"
 
-    table, flips = {}, []
-    for item in sudoku_items(cfg, "test", np.arange(6), cache_dir=str(tmp_path / "cache")):
-        first = label(item.meta["board"])
-        table[item.array.tobytes()] = first
-        cur, row = item, []
-        for cell in CELLS:
-            res = editor.edit(cur, EditInstruction(cell))
-            table[np.asarray(res.image).tobytes()] = label(res.meta["board"])
-            row.append(label(res.meta["board"]) != first)
-            cur = EditItem(res.image, res.meta, "sudoku")
-        flips.append(row)
+    items = sudoku_items(cfg, "test", np.arange(6), cache_dir=str(tmp_path / "cache"))
+    table, flips = chain_truth(items, SudokuEditor(cfg), CELLS, label, "board")
 
     def handler(req):
         user = json.loads(req.data)["messages"][-1]["content"]

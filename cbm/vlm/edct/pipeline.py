@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cbm.progress import progress_bar_wanted
 from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import EDCTConfig
@@ -244,7 +245,7 @@ class Pipeline:
         from tqdm.auto import tqdm
 
         out: dict[str, dict] = {}
-        show = self.cfg.progress if self.cfg.progress is not None else _isatty()
+        show = progress_bar_wanted(self.cfg.progress)
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool, tqdm(total=len(items), desc="edct", disable=not show, leave=False) as bar:
             futures = {pool.submit(self.run_item, iid, it, options): iid for iid, it in items}
             for fut in as_completed(futures):
@@ -311,8 +312,3 @@ def _load(path: Path) -> dict[str, Any] | None:
         log.warning("edct: ignoring unreadable record %s (%s)", path, err)
         return None
 
-
-def _isatty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()

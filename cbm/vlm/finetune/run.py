@@ -13,6 +13,7 @@ import math
 import random
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cbm.progress import progress_bar_wanted
 from cbm.vlm.finetune.collate import Collator
 from cbm.vlm.finetune.config import FinetuneConfig
 from cbm.vlm.finetune.data import BadRow, QARow, load_rows
@@ -83,7 +85,7 @@ def train(model: Any, collator: Collator, rows: Sequence[QARow], cfg: FinetuneCo
     device = next(model.parameters()).device
     steps_per_epoch = math.ceil(len(loader) / t.grad_accum)
     total = steps_per_epoch * t.epochs if t.max_steps <= 0 else min(t.max_steps, steps_per_epoch * t.epochs)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if (t.precision == "bf16" and device.type == "cuda") else _null()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if (t.precision == "bf16" and device.type == "cuda") else nullcontext()
     model.train()
     losses: list[float] = []
     step, acc, running = 0, 0, 0.0
@@ -119,14 +121,6 @@ def train(model: Any, collator: Collator, rows: Sequence[QARow], cfg: FinetuneCo
     return losses
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 def run(cfg: FinetuneConfig) -> dict[str, Any]:
     from transformers import AutoProcessor
 
@@ -142,7 +136,7 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
     collator = Collator(processor, cfg.model.end_of_turn)
     attn = cfg.model.attn_implementation if cfg.eval.localise else None
     model = load_model(cfg.model.path, cfg.quant, cfg.model.dtype, cfg.model.device, attn)
-    progress = cfg.progress if cfg.progress is not None else _isatty()
+    progress = progress_bar_wanted(cfg.progress)
     ev = dict(max_new_tokens=cfg.eval.max_new_tokens, localise=cfg.eval.localise, pool_threshold=cfg.eval.pool_threshold)
     timing: dict[str, float] = {}
     before: list[RowResult] | None = None
@@ -241,8 +235,3 @@ def _f(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
         return "n/a"
     return f"{v * scale:.{digits}f}"
 
-
-def _isatty() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
