@@ -79,9 +79,6 @@ class ChatClient:
         out: Messages = [{"role": "system", "content": self.cfg.system}] if self.cfg.system else []
         return [*out, user_message(prompt, list(images))]
 
-    def key(self, messages: Messages, params: dict[str, Any] | None = None) -> str:
-        return cache_key(self.cfg.model, messages, {**self.cfg.params(), **(params or {})})
-
     def chat(self, messages: Messages, **params: Any) -> Reply:
         """One request (``params`` override the configured sampling parameters): the cached
         reply if there is one, else the backend's, retried per the policy; raises :class:`ChatError`."""

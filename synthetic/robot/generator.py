@@ -108,19 +108,6 @@ def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarr
     return meta, y
 
 
-def _add_pixel_noise(x: np.ndarray, cfg: RobotConfig, split: np.ndarray) -> np.ndarray:
-    """``x`` plus Gaussian noise of sigma ``cfg.pixel_noise`` levels, rounded and clipped to 0..255;
-    one random stream per split (the rows of a split are contiguous in ``split``)."""
-    out = np.empty_like(x)
-    for code in SPLITS.values():
-        rows = np.flatnonzero(split == code)
-        if len(rows):
-            a, b = rows[0], rows[-1] + 1
-            noise = _rng(cfg, "pixels", code).normal(0.0, cfg.pixel_noise, x[a:b].shape)
-            out[a:b] = np.clip(np.rint(x[a:b] + noise), 0, 255).astype(np.uint8)
-    return out
-
-
 class ImageRows:
     """``rows(a, b)``: the images of rows ``a:b`` exactly as :func:`generate` makes them, chunk by
     chunk in order (each split's pixel-noise stream advances as the rows go by; ``skip(a, b)``
@@ -131,6 +118,8 @@ class ImageRows:
         self._rngs: dict[int, np.random.Generator] = {}
 
     def _noise(self, a: int, b: int, x: np.ndarray | None) -> None:
+        """Add Gaussian noise of sigma ``pixel_noise`` levels to ``x`` (rows ``a:b``), rounded and
+        clipped to 0..255, from one stream per split; ``x=None`` only advances the streams."""
         size = self.cfg.image_size
         for code in SPLITS.values():
             seg = np.flatnonzero(self.split[a:b] == code)  # a split's rows are contiguous
@@ -206,9 +195,7 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
     if cfg.modality == "image" and images is not None:
         x = images(ImageRows(cfg, meta, split), len(meta))
     elif cfg.modality == "image":
-        x = render(meta, cfg.image_size, blur=cfg.blur, occlude=cfg.occlude, visibility=cfg.visibility)
-        if cfg.pixel_noise > 0:
-            x = _add_pixel_noise(x, cfg, split)
+        x = ImageRows(cfg, meta, split).rows(0, len(meta))
     elif cfg.modality == "tabular":
         x = tabular_features(meta)
         info["x_names"] = TABULAR_NAMES
