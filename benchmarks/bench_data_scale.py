@@ -3,7 +3,9 @@
 Each size runs in a fresh process (empty caches) and generates the dataset with
 ``storage="disk"`` (images rendered in chunks into a memory-mapped file in a temporary cache
 directory) or ``storage="memory"``; it reports samples/s and the process's peak RSS
-(``ru_maxrss``; memory-mapped pages the process wrote count while mapped).
+(``ru_maxrss``; memory-mapped pages the process wrote count while mapped). With ``--reload``,
+another fresh process then loads the same dataset again from the cache directory (labels,
+concepts and attributes read from ``*-labels-<key>.npz``, images from the finished file).
 
     python benchmarks/bench_data_scale.py robot --sizes 1000,10000,100000,1000000
     python benchmarks/bench_data_scale.py sudoku --sizes 1000,10000,50000
@@ -51,10 +53,11 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--storage", default="disk", choices=("disk", "memory", "render"))
     ap.add_argument("--read", action="store_true", help="also read one shuffled training epoch (batch 256) through the DataModule")
+    ap.add_argument("--reload", action="store_true", help="then load it again in a new process (from the cache)")
     args = ap.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    print(f"| {args.dataset} samples | storage | seconds | samples/s | peak RSS GB (generation / with the epoch) | images GB | epoch read samples/s |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| {args.dataset} samples | storage | seconds | samples/s | peak RSS GB (generation / with the epoch) | images GB | epoch read samples/s | load again s |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
             out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CONFIGS[args.dataset](n)), d, args.storage, str(int(args.read))],
@@ -64,8 +67,13 @@ def main() -> None:
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             read = f"{r['n'] / r['read_s']:,.0f}" if r["read_s"] else ""
+            again = ""
+            if args.reload:
+                out2 = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CONFIGS[args.dataset](n)), d, args.storage, "0"],
+                                      capture_output=True, text=True, env=env, check=True)  # fmt: skip
+                again = f"{json.loads(out2.stdout.strip().splitlines()[-1])['seconds']:.2f}"
             print(f"| {r['n']:,} | {args.storage} | {r['seconds']:.1f} | {r['n'] / r['seconds']:,.0f} | {r['rss_gen_gb']:.2f} / {r['rss_gb']:.2f} | "
-                  f"{r['x_gb']:.2f} | {read} |", flush=True)  # fmt: skip
+                  f"{r['x_gb']:.2f} | {read} | {again} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ from synthetic.sudoku import (  # noqa: E402
 from synthetic.sudoku.glyphs import STROKES, _jitter_strokes, glyph_bank, pencil_bank  # noqa: E402
 from synthetic.sudoku.render import image_size, lined_bank  # noqa: E402
 
-#: The reference code's throughput on this machine (quoted in the issue).
+#: The reference code's throughput on this machine (quoted in the issues).
 QUOTED = {"labelled": 2868.0, "render50_handwritten": 2.4, "render50_printed": 33.0}
+#: The reference code's labelled boards/s by board count on this machine (issue 15: 2,038-2,233).
+QUOTED_LABELLED_BY_SIZE = {1_000: 2038.0, 10_000: 2233.0, 50_000: 2110.0}
 
 
 # ------------------------------------------------------------------ baselines
@@ -229,6 +231,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     wrong = int(((by == 0) & check_board(bb).all(1)).sum())
     add("labelled boards/s (valid + invalid, 27 concepts)", ours, base, QUOTED["labelled"],
         note=f"baseline mislabels {wrong}/{int((by == 0).sum())} 'invalid' boards (they are valid); ours: 0 by construction")
+
+    # 2b. labelled boards by size: a new config each time (its seed grids solved: one HiGHS solve per
+    # 2,000 boards, at most 32), median of the repeats, against the reference at the same size
+    for n in (1_000, 10_000) if q else (1_000, 10_000, 50_000, 100_000):
+        times = []
+        for r in range(max(args.repeats, 5)):
+            c = SudokuConfig(modality="tabular", n_train=n, n_val=0, n_calib=0, n_test=0, seed=100 + r)
+            t0 = time.perf_counter()
+            labelled_boards(c)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        rate = n / times[len(times) // 2]
+        spread = f"runs {n / times[-1]:,.0f}-{n / times[0]:,.0f}/s"
+        quoted = QUOTED_LABELLED_BY_SIZE.get(n)
+        add(f"labelled boards/s at {n:,} boards ({c.mip_seeds_used} MIP solves incl., median)", rate, base, quoted, note=spread)
 
     # 3. rendering
     boards = valid_boards(max(n_r18, n_r50), seed=2, n_mip_seeds=4)

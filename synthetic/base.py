@@ -103,10 +103,12 @@ class SyntheticData:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> SyntheticData:
-        """Inverse of :meth:`to_arrays`."""
+        """Inverse of :meth:`to_arrays` (an ``x`` with a shape, e.g. memory-mapped or rendered per
+        batch, is kept as it is)."""
         extra = {k[len("extra__"):]: np.asarray(v) for k, v in arrays.items() if k.startswith("extra__")}
+        x = arrays["x"]
         return cls(
-            x=np.asarray(arrays["x"]),
+            x=x if hasattr(x, "shape") and hasattr(x, "__getitem__") else np.asarray(x),
             c=np.asarray(arrays["c"]),
             c_true=np.asarray(arrays["c_true"]),
             y=np.asarray(arrays["y"]),

@@ -28,6 +28,7 @@ from synthetic.atomic import (
     save_npz_atomic,
     write_json_atomic,
 )
+from synthetic.base import SyntheticData
 
 log = logging.getLogger(__name__)
 
@@ -126,3 +127,30 @@ def cached_block(key: dict[str, Any], build: Callable[[], np.ndarray], prefix: s
     """``build()``'s array through the auxiliary cache set by :func:`aux_cache` (atomic, locked,
     keyed and validated like datasets); without one, just ``build()``."""
     return cached_arrays(key, lambda: {"block": build()}, _AUX_DIR.get(), prefix=prefix, required=("block",))["block"]
+
+
+def cached_without_images(
+    key: dict[str, Any],
+    build: Callable[[], SyntheticData],
+    images: Callable[[dict[str, np.ndarray]], Any],
+    cache_dir: str | Path | None,
+    prefix: str,
+) -> SyntheticData:
+    """A dataset whose images live elsewhere (a memory-mapped ``.npy``, or rendered per batch):
+    every array but ``x`` through the cache as ``<prefix>-<hash>.npz``, so a later load reads the
+    labels, concepts and attributes instead of recomputing them. ``build()`` makes the whole
+    dataset (its ``x`` already disk-backed or lazy); ``images(arrays)`` gives ``x`` from the cached
+    arrays (opens the finished file, resumes an unfinished one, or renders lazily)."""
+    made: dict[str, Any] = {}
+
+    def build_rest() -> dict[str, np.ndarray]:
+        data = build()
+        made["x"] = data.x
+        arrays = data.to_arrays()
+        arrays.pop("x")
+        return arrays
+
+    required = [k for k in SyntheticData.ARRAY_KEYS if k != "x"]
+    rest = cached_arrays({**key, "arrays": "all but x"}, build_rest, cache_dir, prefix=prefix, required=required)
+    x = made["x"] if "x" in made else images(rest)
+    return SyntheticData.from_arrays({**rest, "x": x})

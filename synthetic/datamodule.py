@@ -17,7 +17,9 @@ same rows.
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import lightning as L
@@ -85,24 +87,49 @@ class BatchPlan:
 
 class TensorBatches:
     """Iterable of dict batches over in-memory tensors; ``sampler`` is its :class:`BatchPlan`
-    (the attribute Lightning calls ``set_epoch`` on)."""
+    (the attribute Lightning calls ``set_epoch`` on).
+
+    With a ``reader`` pool and images on disk or rendered per batch (:class:`MappedRows`), the next
+    ``prefetch`` batches are gathered by the pool's threads while the current one is used (file
+    reads and most numpy work release the GIL), in the same order: the same batches, and a GPU
+    step does not wait on the disk. The pool belongs to the DataModule and lives across epochs."""
 
     #: Lightning inspects DataLoader-like attributes; there is no separate batch sampler.
     batch_sampler = None
 
-    def __init__(self, tensors: dict[str, torch.Tensor], plan: BatchPlan, image: bool):
+    def __init__(self, tensors: dict[str, torch.Tensor], plan: BatchPlan, image: bool,
+                 reader: ThreadPoolExecutor | None = None, prefetch: int = 0):  # fmt: skip
         self.tensors, self.sampler, self.image = tensors, plan, image
+        lazy = any(isinstance(v, MappedRows) for v in tensors.values())
+        self.reader, self.prefetch = (reader, prefetch) if lazy and reader is not None and prefetch > 0 else (None, 0)
 
     def __len__(self) -> int:
         return len(self.sampler)
 
+    def _gather(self, idx: torch.Tensor) -> Batch:
+        batch = {k: v.index_select(0, idx) for k, v in self.tensors.items()}
+        if self.image:
+            batch["x"] = images_to_float(batch["x"])
+        return batch
+
     def __iter__(self) -> Iterator[Batch]:
         device = self.tensors["y"].device if "y" in self.tensors else next(iter(self.tensors.values())).device
-        for idx in self.sampler.batches(device):
-            batch = {k: v.index_select(0, idx) for k, v in self.tensors.items()}
-            if self.image:
-                batch["x"] = images_to_float(batch["x"])
-            yield batch
+        steps = self.sampler.batches(device)
+        if self.reader is None:
+            for idx in steps:
+                yield self._gather(idx)
+            return
+        pending: deque = deque()
+        try:
+            for idx in steps:
+                pending.append(self.reader.submit(self._gather, idx))
+                if len(pending) > self.prefetch:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:  # an epoch cut short (limit_train_batches, an exception): drop what was read ahead
+            for f in pending:
+                f.cancel()
 
 
 class TensorSplit:
@@ -207,6 +234,9 @@ class SyntheticDataModule(L.LightningDataModule):
     eval_batch_size : rows per evaluation step, over all processes together.
     seed : seed of the per-epoch training permutations.
     device_resident : when a ``Trainer`` is attached, keep the splits on its device.
+    prefetch : batches read ahead by background threads when the images are on disk or rendered
+        per batch (``storage="disk"`` / ``"render"``); 0 reads each batch when it is asked for.
+        The threads are started once and serve every epoch.
     """
 
     def __init__(
@@ -216,10 +246,15 @@ class SyntheticDataModule(L.LightningDataModule):
         eval_batch_size: int = 1024,
         seed: int = 0,
         device_resident: bool = True,
+        prefetch: int = 2,
     ):
         super().__init__()
         if batch_size <= 0 or eval_batch_size <= 0:
             raise ValueError("batch sizes must be positive")
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self.prefetch = prefetch
+        self._reader: ThreadPoolExecutor | None = None
         self.make_data = make_data
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size
@@ -274,7 +309,20 @@ class SyntheticDataModule(L.LightningDataModule):
         rank, world = self._ranks(shard)
         if world > bs:
             raise ValueError(f"batch size {bs} is smaller than the number of processes ({world})")
-        return TensorBatches(ds.tensors, BatchPlan(len(ds), bs, shuffle, self.seed, rank, world), ds.image)
+        plan = BatchPlan(len(ds), bs, shuffle, self.seed, rank, world)
+        return TensorBatches(ds.tensors, plan, ds.image, self.reader(), self.prefetch)
+
+    def reader(self) -> ThreadPoolExecutor | None:
+        """The read-ahead threads (started on first use, kept across epochs; they exit at
+        :meth:`teardown` or when the last loader holding the pool is gone); ``None`` without prefetch."""
+        if self.prefetch and self._reader is None:
+            self._reader = ThreadPoolExecutor(max_workers=self.prefetch, thread_name_prefix="cbm-read")
+        return self._reader if self.prefetch else None
+
+    def teardown(self, stage: str | None = None) -> None:
+        if self._reader is not None:
+            self._reader.shutdown(wait=True, cancel_futures=True)
+            self._reader = None
 
     def train_dataloader(self) -> TensorBatches:
         return self.loader("train", shuffle=True, shard=True)

@@ -128,6 +128,8 @@ class TrainConfig:
     #: them batch by batch (datasets larger than memory); render draws each batch's images when it
     #: is read (nothing stored); the same bytes every way.
     data_storage: str = "memory"
+    #: batches read ahead by background threads when the images are on disk or rendered per batch
+    data_prefetch: int = 2
     output_dir: str = "."
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
@@ -140,5 +142,7 @@ class TrainConfig:
             raise ValueError("batch_size and eval_batch_size must be >= 1")
         if self.data_storage not in ("memory", "disk", "render"):
             raise ValueError(f"data_storage must be 'memory', 'disk' or 'render', got '{self.data_storage}'")
+        if not isinstance(self.data_prefetch, int) or self.data_prefetch < 0:
+            raise ValueError(f"data_prefetch must be a non-negative integer, got {self.data_prefetch!r}")
         if self.data_storage == "disk" and self.cache_dir is None:
             raise ValueError("data_storage=disk needs a cache_dir (the memory-mapped images live there)")

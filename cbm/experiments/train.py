@@ -164,7 +164,8 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     data_s = time.perf_counter() - start
     t = train_cfg.trainer
     dm = SyntheticDataModule(
-        lambda: data, train_cfg.batch_size, train_cfg.eval_batch_size, seed=train_cfg.seed, device_resident=t.data_on_device
+        lambda: data, train_cfg.batch_size, train_cfg.eval_batch_size, seed=train_cfg.seed, device_resident=t.data_on_device,
+        prefetch=train_cfg.data_prefetch,
     )
     model = build_model(model_cfg, data_info(data, data_cfg), as_dict(data_cfg))
     if t.compile:

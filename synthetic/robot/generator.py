@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData, split_codes
-from synthetic.cache import cached_arrays, config_hash
+from synthetic.cache import cached_arrays, cached_without_images, config_hash
 from synthetic.chunked import render_to_npy
 from synthetic.lazy import RenderedImages
 from synthetic.robot import text as text_mod
@@ -242,8 +242,9 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
     ``storage="disk"``: the images are rendered ``chunk_rows`` at a time into a memory-mapped
     ``robot-<key>-x.npy`` in ``cache_dir`` (resumable, byte-identical to the in-memory arrays) and
     come back memory-mapped, so a dataset larger than memory costs one chunk of RAM to make.
-    ``storage="render"``: nothing is stored, each batch's images are rendered when read (noise-free
-    configs; the same bytes).
+    ``storage="render"``: no images are stored, each batch's images are rendered when read
+    (noise-free configs; the same bytes). With both, the labels, concepts and attributes are cached
+    beside (``robot-labels-<key>.npz``): a later load reads them instead of sampling again.
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
@@ -251,7 +252,13 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
         if cfg.pixel_noise > 0:
             raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
         shape = (cfg.image_size, cfg.image_size, 3)
-        return generate(cfg, images=lambda rows, n: RenderedImages(rows.take, (n, *shape)))
+        return cached_without_images(
+            cache_key(cfg),
+            lambda: generate(cfg, images=lambda rows, n: RenderedImages(rows.take, (n, *shape))),
+            lambda a: RenderedImages(ImageRows(cfg, a["meta"], a["split"]).take, (len(a["meta"]), *shape)),
+            cache_dir,
+            "robot-labels",
+        )
     if storage == "disk" and cfg.modality == "image":
         if cache_dir is None:
             raise ValueError("storage='disk' needs a cache directory")
@@ -262,7 +269,13 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
             shape = (n, cfg.image_size, cfg.image_size, 3)
             return render_to_npy(path, shape, rows.rows, chunk_rows, key, skip=rows.skip)
 
-        return generate(cfg, images=to_disk)
+        return cached_without_images(
+            cache_key(cfg),
+            lambda: generate(cfg, images=to_disk),
+            lambda a: to_disk(ImageRows(cfg, a["meta"], a["split"]), len(a["meta"])),
+            cache_dir,
+            "robot-labels",
+        )
     if storage not in ("memory", "disk", "render"):
         raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
     arrays = cached_arrays(

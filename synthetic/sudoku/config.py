@@ -22,7 +22,9 @@ class SudokuConfig:
     seed : data seed (boards, negatives, render choices and glyph banks).
     n_train, n_val, n_calib, n_test : split sizes.
     valid_fraction : share of valid boards in every split (exact up to rounding).
-    n_mip_seeds : HiGHS solves whose grids are expanded by validity-preserving transforms.
+    n_mip_seeds : most HiGHS solves whose grids are expanded by validity-preserving transforms.
+    boards_per_mip_seed : solve one seed grid per this many boards (all splits), between 1 and
+        ``n_mip_seeds`` (a 1,000-board smoke set pays one solve, not 32); 0 = always ``n_mip_seeds``.
     negative_ops : relative weights of the negative families ``line_swap``,
         ``group_permute``, ``corrupt``; for each invalid board the family is drawn
         among those that reach its failing-check count.
@@ -45,6 +47,7 @@ class SudokuConfig:
     n_test: int = 4000
     valid_fraction: float = 0.5
     n_mip_seeds: int = 32
+    boards_per_mip_seed: int = 2000
     negative_ops: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_NEGATIVE_OPS))
     fail_counts: str = DEFAULT_FAIL_COUNTS
     modality: str = "image"
@@ -77,6 +80,8 @@ class SudokuConfig:
             bad(f"valid_fraction={self.valid_fraction} must lie in [0, 1]")
         if not isinstance(self.n_mip_seeds, int) or self.n_mip_seeds < 1:
             bad(f"n_mip_seeds={self.n_mip_seeds!r} must be a positive integer")
+        if not isinstance(self.boards_per_mip_seed, int) or isinstance(self.boards_per_mip_seed, bool) or self.boards_per_mip_seed < 0:
+            bad(f"boards_per_mip_seed={self.boards_per_mip_seed!r} must be a non-negative integer (0 = always n_mip_seeds)")
         unknown = set(self.negative_ops) - set(FAMILIES)
         if unknown:
             bad(f"negative_ops has unknown families {sorted(unknown)}; expected {list(FAMILIES)}")
@@ -114,6 +119,13 @@ class SudokuConfig:
     @property
     def n_total(self) -> int:
         return sum(self.sizes.values())
+
+    @property
+    def mip_seeds_used(self) -> int:
+        """Seed grids solved for this config: one per ``boards_per_mip_seed`` boards, 1..``n_mip_seeds``."""
+        if self.boards_per_mip_seed == 0:
+            return self.n_mip_seeds
+        return min(self.n_mip_seeds, max(1, -(-self.n_total // self.boards_per_mip_seed)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

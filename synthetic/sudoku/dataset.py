@@ -3,7 +3,7 @@
 Pipeline, each stage on its own seed stream (so e.g. a rendering change does
 not change the boards):
 
-1. ``n_mip_seeds`` full grids from HiGHS (:func:`~synthetic.sudoku.solver.solve_mip`).
+1. ``cfg.mip_seeds_used`` full grids from HiGHS (one per ``boards_per_mip_seed`` boards, at most ``n_mip_seeds``) (:func:`~synthetic.sudoku.solver.solve_mip`).
 2. Distinct valid boards by random validity-preserving transforms
    (:func:`~synthetic.sudoku.transforms.expand`): the positives, plus one
    fresh base board per negative.
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData, split_codes
-from synthetic.cache import aux_cache, cached_arrays, cached_block, config_hash
+from synthetic.cache import aux_cache, cached_arrays, cached_block, cached_without_images, config_hash
 from synthetic.chunked import render_to_npy
 from synthetic.lazy import RenderedImages
 from synthetic.sudoku.checker import CONCEPT_NAMES, check_board
@@ -33,7 +33,7 @@ from synthetic.sudoku.solver import solve_mip
 from synthetic.sudoku.transforms import expand, unique_first
 
 #: Bump when the output for a given config changes.
-GENERATOR_VERSION = 2  # 2: images stored grey, one channel [N,S,S]
+GENERATOR_VERSION = 3  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks
 CLASS_NAMES = ["invalid", "valid"]
 META_NAMES = [f"cell_r{r}c{c}" for r in range(1, 10) for c in range(1, 10)] + ["render_seed", "neg_op"]
 
@@ -97,7 +97,7 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
     n_pos = int(is_pos.sum())
     n_neg = n - n_pos
 
-    grids = seed_grids(cfg.seed, cfg.n_mip_seeds)
+    grids = seed_grids(cfg.seed, cfg.mip_seeds_used)
     exp_rng = _rng(cfg.seed, _STREAM_EXPAND)
     fresh = expand(grids, n_pos + n_neg, exp_rng)  # distinct: positives, then one base per negative
     boards = np.zeros((n, 9, 9), dtype=np.int8)
@@ -143,6 +143,19 @@ def one_hot(boards: np.ndarray) -> np.ndarray:
     return out.reshape(len(flat), 729)
 
 
+def board_renderer(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """``take(rows)``: those boards rendered grey exactly as :func:`generate` stores them (each image
+    depends on its board and render seed only, so any rows in any order)."""
+
+    def take(rows: np.ndarray) -> np.ndarray:
+        return render_boards(
+            boards[rows], cell_size=cfg.cell_size, style=cfg.style, seeds=render_seed[rows], pencil_prob=cfg.pencil_prob,
+            pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants, gray=True,
+        )  # fmt: skip
+
+    return take
+
+
 def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndarray], tuple[int, ...]], np.ndarray] | None = None) -> SyntheticData:
     """The dataset of ``cfg``: a pure function (same config -> byte-identical arrays).
 
@@ -154,15 +167,9 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
     boards = lab["board"]
     n = len(boards)
     render_seed = _rng(cfg.seed, _STREAM_RENDER).integers(0, 2**62, size=n, dtype=np.int64)
-    def take(rows: np.ndarray) -> np.ndarray:  # any boards: each image depends on its board and render seed only
-        return render_boards(
-            boards[rows], cell_size=cfg.cell_size, style=cfg.style, seeds=render_seed[rows], pencil_prob=cfg.pencil_prob,
-            pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants, gray=True,
-        )  # fmt: skip
-
     if cfg.modality == "image" and images is not None:
         side = image_size(cfg.cell_size)
-        x = images(take, (n, side, side))
+        x = images(board_renderer(cfg, boards, render_seed), (n, side, side))
     elif cfg.modality == "image":
         x = render_boards(
             boards,
@@ -186,11 +193,11 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         "generator": "synthetic.sudoku",
         "version": GENERATOR_VERSION,
         "task": "is the 9x9 board a valid completed Sudoku; concepts = 27 group checks, y = their AND",
-        "valid_source": f"{cfg.n_mip_seeds} HiGHS MIP solves (scipy.optimize.milp, random first row+column, "
+        "valid_source": f"{cfg.mip_seeds_used} HiGHS MIP solves (scipy.optimize.milp, random first row+column, "
         "zero objective) expanded by random validity-preserving transforms, de-duplicated",
         "negative_families": list(FAMILIES),
         "negative_family_counts": {f: int((lab["neg_op"] == i).sum()) for i, f in enumerate(FAMILIES)},
-        "failing_count_hist": {int(k): int(v) for k, v in zip(*np.unique(27 - lab["c"][neg].sum(1), return_counts=True))},
+        "failing_count_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(27 - lab["c"][neg].sum(1), return_counts=True))},
         "labels": "c, c_true and y computed by the exact checker on the final boards",
         "image_size": image_size(cfg.cell_size) if cfg.modality == "image" else None,
         "channels": "grey, stored [N,S,S] uint8; batches give float [B,3,S,S] (the grey channel repeated)",
@@ -230,19 +237,42 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
     seed grids it needs are cached there too, shared by every config that uses them.
     ``storage="disk"``: images rendered ``chunk_rows`` at a time into a memory-mapped
     ``sudoku-<key>-x.npy`` (resumable, byte-identical) and returned memory-mapped; ``"render"``:
-    nothing stored, each batch's boards rendered when read (the same bytes)."""
+    nothing stored, each batch's boards rendered when read (the same bytes). With both, every
+    array but the images is cached as ``sudoku-labels-<key>.npz``: a later load reads it."""
     if storage not in ("memory", "disk", "render"):
         raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
+    side = image_size(cfg.cell_size)
+
+    def stored_renderer(a: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        meta = a["meta"]
+        return board_renderer(cfg, meta[:, :81].reshape(-1, 9, 9).astype(np.int8), meta[:, 81])
+
     if storage == "render" and cfg.modality == "image":
         with aux_cache(cache_dir):
-            return generate(cfg, images=lambda take, shape: RenderedImages(take, shape))
+            return cached_without_images(
+                cache_key(cfg),
+                lambda: generate(cfg, images=lambda take, shape: RenderedImages(take, shape)),
+                lambda a: RenderedImages(stored_renderer(a), (len(a["meta"]), side, side)),
+                cache_dir,
+                "sudoku-labels",
+            )
     if storage == "disk" and cfg.modality == "image":
         if cache_dir is None:
             raise ValueError("storage='disk' needs a cache directory")
         key = config_hash(cache_key(cfg))
         path = Path(cache_dir) / f"sudoku-{key}-x.npy"
+
+        def to_disk(take: Callable[[np.ndarray], np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+            return render_to_npy(path, shape, lambda a, b: take(np.arange(a, b)), chunk_rows, key)
+
         with aux_cache(cache_dir):
-            return generate(cfg, images=lambda take, shape: render_to_npy(path, shape, lambda a, b: take(np.arange(a, b)), chunk_rows, key))
+            return cached_without_images(
+                cache_key(cfg),
+                lambda: generate(cfg, images=to_disk),
+                lambda a: to_disk(stored_renderer(a), (len(a["meta"]), side, side)),
+                cache_dir,
+                "sudoku-labels",
+            )
     with aux_cache(cache_dir):
         arrays = cached_arrays(
             cache_key(cfg), lambda: generate(cfg).to_arrays(), cache_dir, prefix="sudoku", required=SyntheticData.ARRAY_KEYS

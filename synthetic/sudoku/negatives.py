@@ -231,6 +231,22 @@ def move_corrupt(flat: np.ndarray, deficit: np.ndarray, rng: np.random.Generator
 MOVES = (move_line_swap, move_group_permute, move_corrupt)
 
 
+#: Proposals evaluated per step (all walkers together) before a walker gets more than one: a few
+#: thousand rows cost what one row costs in per-call overhead, so the last slow walkers are
+#: fanned out instead of taking hundreds of nearly empty steps.
+FAN_OUT_ROWS = 1024
+#: Most proposals one walker gets per step.
+MAX_FAN_OUT = 16
+#: Proposals in a row without raising the failing count after which a walker restarts (a
+#: ``line_swap`` walk to 4 failing boxes from a grid where no single swap gives 4 never gets there).
+STALL_PROPOSALS = 128
+
+
+def fan_out(n_active: int) -> int:
+    """Proposals per walker in a step with ``n_active`` walkers: ``FAN_OUT_ROWS // n_active`` in 1..MAX_FAN_OUT."""
+    return int(min(MAX_FAN_OUT, max(1, FAN_OUT_ROWS // max(n_active, 1))))
+
+
 def walk(
     bases: np.ndarray,
     targets: np.ndarray,
@@ -241,13 +257,17 @@ def walk(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Random walks from ``bases`` until each board fails exactly ``targets`` checks.
 
+    Each step proposes :func:`fan_out` independent moves per walker (one while many walkers are
+    active) and keeps the one with the most failing checks that does not overshoot the target.
+
     Parameters
     ----------
     bases : valid boards ``[n,9,9]`` (or ``[n,81]``).
     targets : failing-check counts ``[n]`` in 2..27.
     family : family codes ``[n]`` (index into :data:`FAMILIES`).
-    max_steps : moves per attempt; an attempt that has not hit its target restarts
-        from the valid base, ``retries`` times with its own family, then with ``corrupt``.
+    max_steps : steps per attempt; an attempt that has not hit its target after ``max_steps``
+        steps (or after :data:`STALL_PROPOSALS` proposals without raising its count) restarts from the
+        valid base, ``retries`` times with its own family, then with ``corrupt``.
 
     Returns
     -------
@@ -263,21 +283,25 @@ def walk(
     cnt = np.zeros(n, dtype=np.int64)
     steps = np.zeros(n, dtype=np.int64)
     tries = np.zeros(n, dtype=np.int64)
+    stall = np.zeros(n, dtype=np.int64)  # proposals since the failing count last rose
     corrupt = FAMILIES.index("corrupt")
     for _ in range(1000 * max_steps):  # hard bound; corrupt walks always finish
         act = np.flatnonzero(cnt != targets)
         if len(act) == 0:
             break
-        stale = act[steps[act] >= max_steps]
+        stale = act[(steps[act] >= max_steps) | (stall[act] >= STALL_PROPOSALS)]
         if len(stale):  # restart from the valid base; after `retries` restarts switch to corrupt
             cur[stale] = base[stale]
             cnt[stale] = 0
             steps[stale] = 0
+            stall[stale] = 0
             tries[stale] += 1
             family[stale[tries[stale] > retries]] = corrupt
-        prop = cur[act].copy()
-        deficit = targets[act] - cnt[act]
-        fam = family[act]
+        r = fan_out(len(act))
+        rep = np.repeat(act, r)  # r proposals per walker, adjacent
+        prop = cur[rep]
+        deficit = targets[rep] - cnt[rep]
+        fam = family[rep]
         for f, move in enumerate(MOVES):
             sel = np.flatnonzero(fam == f)
             if len(sel):
@@ -285,10 +309,17 @@ def walk(
                 move(sub, deficit[sel], rng)
                 prop[sel] = sub
         new = n_failing(prop)
-        ok = new <= targets[act]
-        cur[act[ok]] = prop[ok]
-        cnt[act[ok]] = new[ok]
+        # keep each walker's proposal with the most failing checks that does not overshoot (first on ties)
+        score = np.where(new <= targets[rep], new, -1).reshape(len(act), r)
+        best = score.argmax(axis=1)
+        pick = np.arange(len(act)) * r + best
+        ok = score[np.arange(len(act)), best] >= 0
+        up = ok & (new[pick] > cnt[act])
+        cur[act[ok]] = prop[pick[ok]]
+        cnt[act[ok]] = new[pick[ok]]
         steps[act] += 1
+        stall[act] += r
+        stall[act[up]] = 0
     else:  # pragma: no cover - unreachable in practice
         raise RuntimeError("walk: did not reach the targets")
     return cur.reshape(n, 9, 9), family

@@ -142,3 +142,66 @@ def test_rendering_per_batch_gives_the_cached_images(tmp_path):
         assert len(a) == len(b) and all(torch.equal(x["x"], y["x"]) for x, y in zip(a, b))
     with pytest.raises(ValueError, match="cannot draw robots with pixel_noise > 0 row by row"):
         robot_gen.load(RobotConfig(**ROBOT), str(tmp_path), storage="render")
+
+
+@pytest.mark.parametrize("storage", ["disk", "render"])
+def test_a_second_load_reads_the_labels_instead_of_generating(tmp_path, monkeypatch, storage):
+    """disk / render: every array but the images is cached beside them (``*-labels-<key>.npz``), so
+    a later load samples nothing; the images come from the file (or are rendered) from the cached
+    attributes, the same bytes."""
+    for gen, cfg, prefix in ((robot_gen, RobotConfig(**{**ROBOT, "pixel_noise": 0.0 if storage == "render" else 12.0}), "robot"),
+                             (sudoku_gen, SudokuConfig(**SUDOKU), "sudoku")):  # fmt: skip
+        memory = gen.generate(cfg)
+        first = gen.load(cfg, str(tmp_path), storage=storage)
+        assert len(list(tmp_path.glob(f"{prefix}-labels-*.npz"))) == 1
+        with monkeypatch.context() as m:
+            m.setattr(gen, "generate", lambda *a, **k: pytest.fail("generated again"))
+            again = gen.load(cfg, str(tmp_path), storage=storage)
+            assert type(again.x) is type(first.x)
+            assert_same(again, memory)
+            if storage == "disk":  # the image file lost: re-rendered from the cached attributes, same bytes
+                (xfile,) = tmp_path.glob(f"{prefix}-*-x.npy")
+                xfile.unlink()
+                assert_same(gen.load(cfg, str(tmp_path), storage=storage), memory)
+                assert xfile.exists()
+
+
+def test_read_ahead_threads_give_the_same_batches_and_live_across_epochs(tmp_path):
+    """storage=disk with prefetch: batches gathered by background threads, in order (identical to
+    reading in the loop), by the same threads every epoch (never restarted), and an epoch cut short
+    leaves nothing running."""
+    import threading
+
+    import torch
+
+    from synthetic.datamodule import MappedRows, SyntheticDataModule
+
+    cfg = RobotConfig(**ROBOT)
+    make = lambda: robot_gen.load(cfg, str(tmp_path), storage="disk", chunk_rows=50)  # noqa: E731
+    plain = SyntheticDataModule(make, batch_size=16, seed=3, prefetch=0)
+    ahead = SyntheticDataModule(make, batch_size=16, seed=3, prefetch=3)
+    seen: set[str] = set()
+    real = MappedRows.index_select
+    MappedRows.index_select = lambda self, dim, idx: seen.add(threading.current_thread().name) or real(self, dim, idx)
+    try:
+        for epoch in range(3):
+            a, b = plain.loader("train", shuffle=True), ahead.loader("train", shuffle=True)
+            a.sampler.set_epoch(epoch), b.sampler.set_epoch(epoch)
+            got_a, got_b = list(a), list(b)
+            assert len(got_a) == len(got_b) == len(a) > 3
+            assert all(torch.equal(x[k], y[k]) for x, y in zip(got_a, got_b) for k in x)
+        assert ahead.loader("train").reader is ahead.reader() is not None  # one pool for every loader and epoch
+        assert {n.split("_")[0] for n in seen} == {"MainThread", "cbm-read"}
+        assert len({n for n in seen if n.startswith("cbm-read")}) <= 3
+        it = iter(ahead.loader("train", shuffle=True))
+        next(it)
+        it.close()  # cut short: the read-ahead futures are dropped
+    finally:
+        MappedRows.index_select = real
+    threads = list(ahead.reader()._threads)
+    ahead.teardown()
+    assert ahead._reader is None and threads and not any(t.is_alive() for t in threads)
+    memory = SyntheticDataModule(lambda: robot_gen.generate(cfg), batch_size=16, prefetch=3)
+    assert memory.loader("train").reader is None  # in-memory tensors: nothing to read ahead
+    with pytest.raises(ValueError, match="prefetch must be >= 0"):
+        SyntheticDataModule(make, prefetch=-1)

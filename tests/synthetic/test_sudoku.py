@@ -190,6 +190,33 @@ def test_single_family_configs():
         small(negative_ops={"line_swap": 1.0, "group_permute": 0.0, "corrupt": 0.0})
 
 
+def test_seed_grids_scale_with_the_boards():
+    """One HiGHS solve per ``boards_per_mip_seed`` boards, between 1 and ``n_mip_seeds``."""
+    sizes = {"n_val": 0, "n_calib": 0, "n_test": 0}
+    used = lambda n, **kw: SudokuConfig(n_train=n, **sizes, **kw).mip_seeds_used  # noqa: E731
+    assert (used(1), used(1000), used(2000), used(2001), used(10_000), used(64_000), used(1_000_000)) == (1, 1, 1, 2, 5, 32, 32)
+    assert used(1000, boards_per_mip_seed=0) == 32 and used(1000, boards_per_mip_seed=100, n_mip_seeds=4) == 4
+    assert generate(small(modality="tabular")).info["valid_source"].startswith("1 HiGHS")
+
+
+def test_a_walk_that_cannot_rise_restarts_early_and_still_hits_its_target(monkeypatch):
+    """On the pattern grid no row or column swap breaks exactly 4 boxes (every swap breaks 6 or
+    none), so ``line_swap`` walks to 4 can only stall: they restart after STALL_PROPOSALS
+    proposals without a rise (not after max_steps steps each) and finish as ``corrupt``."""
+    from synthetic.sudoku import negatives
+
+    r = np.arange(9)
+    pattern = ((r[:, None] * 3 + r[:, None] // 3 + r[None, :]) % 9 + 1).astype(np.int8)
+    steps = []
+    real = negatives.n_failing
+    monkeypatch.setattr(negatives, "n_failing", lambda b: steps.append(len(b)) or real(b))
+    boards, fam = walk(np.repeat(pattern[None], 5, 0), np.full(5, 4), np.zeros(5, np.int64), np.random.default_rng(0))
+    assert (real(boards) == 4).all() and (fam == FAMILIES.index("corrupt")).all()
+    assert steps[0] == 5 * negatives.fan_out(5) == 5 * negatives.MAX_FAN_OUT  # few walkers: many proposals each
+    stalls = 3 * -(-negatives.STALL_PROPOSALS // negatives.MAX_FAN_OUT)  # three attempts, each stalled
+    assert len(steps) <= stalls + 10 < 3 * 60
+
+
 def test_determinism_and_seed_dependence():
     a = generate(small(modality="tabular")).to_arrays()
     b = generate(small(modality="tabular")).to_arrays()
@@ -298,6 +325,7 @@ def test_render_is_per_board_deterministic():
         ({"n_train": -1}, "n_train"),
         ({"name": "robot"}, "name"),
         ({"pencil_max": 9}, "pencil_max"),
+        ({"boards_per_mip_seed": -1}, "boards_per_mip_seed"),
     ],
 )
 def test_config_fails_with_one_clear_line(kw, msg):
