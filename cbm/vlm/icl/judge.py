@@ -1,0 +1,80 @@
+"""The LLM judge: nine 1-5 scores per explanation, parsed strictly.
+
+The judge (a separate model) sees the query image, the candidate labels, the model's full output,
+the condition's description and the rubric (all templated in ``conf/icl.yaml``), optionally the
+support images too, and answers each metric in its own tag, ``<textual_groundedness>4</...>``.
+A score counts only if its tag appears once and holds one integer 1..5; otherwise the metric is
+recorded missing with the reason. Two options go beyond the seed study: Global Discriminativeness
+(the judge sees every class of the dataset, not only the episode's) and Explanation
+Reproducibility (feature overlap across repeated runs, :func:`reproducibility`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cbm.vlm.icl.parse import _blocks
+
+#: The nine metrics, in table order.
+METRICS: tuple[str, ...] = (
+    "textual_groundedness",
+    "hallucination_free",
+    "concept_counting",
+    "comprehensibility",
+    "conciseness",
+    "specificity",
+    "local_discriminativeness",
+    "instruction_following",
+    "logical_coherence",
+)
+GLOBAL_METRIC = "global_discriminativeness"
+
+
+@dataclass
+class JudgeScores:
+    scores: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # metric -> why it has no score
+
+    @property
+    def complete(self) -> bool:
+        return not self.errors
+
+    def to_json(self) -> dict:
+        return {"scores": self.scores, "errors": self.errors}
+
+
+def parse_scores(reply: str | None, metrics: Sequence[str] = METRICS) -> JudgeScores:
+    """Each metric's integer 1..5 from its own tag; a missing, repeated, unclosed or non-integer /
+    out-of-range value is an error for that metric (never a guess)."""
+    out = JudgeScores()
+    text = reply or ""
+    for m in metrics:
+        bodies, unclosed, orphans = _blocks(text, m)
+        if unclosed or orphans:
+            out.errors[m] = "unclosed" if unclosed else "orphan"
+        elif not bodies:
+            out.errors[m] = "missing"
+        elif len(bodies) > 1:
+            out.errors[m] = "repeated"
+        elif not re.fullmatch(r"[1-5]", bodies[0].strip()):
+            out.errors[m] = f"not an integer 1-5: {bodies[0][:20]!r}"
+        else:
+            out.scores[m] = int(bodies[0])
+    return out
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return 1.0 if not a and not b else len(a & b) / len(a | b)
+
+
+def reproducibility(feature_sets: Sequence[set[str]]) -> float | None:
+    """Explanation Reproducibility: mean pairwise Jaccard overlap of the features extracted from
+    repeated runs of one trial (``None`` with fewer than two runs)."""
+    sets = [set(s) for s in feature_sets]
+    if len(sets) < 2:
+        return None
+    pairs = list(itertools.combinations(sets, 2))
+    return sum(jaccard(a, b) for a, b in pairs) / len(pairs)

@@ -1,0 +1,140 @@
+"""Parsing the five conditions' replies, with explicit error kinds.
+
+Every condition names the tags its reply must hold (E1 ``response``; E2 + ``explanation``; E3 +
+``features``; E4 + ``features``, ``kb``, ``rule_check``; E5 ``response``, ``tbox``, ``abox``,
+``dl_explanation``). A reply is checked for:
+
+* ``missing``: a required tag is absent;
+* ``unclosed``: a tag opened and never closed;
+* ``orphan``: a closing tag with no opening tag;
+* ``not_in_options``: ``<response>`` is not one of the episode's labels;
+* ``extra_tags``: a known tag the condition does not ask for (e.g. ``<kb>`` under E3).
+
+The response counts (for accuracy) only when ``<response>`` parsed to an option; every error is
+kept with its kind, so the tables count them per model x condition.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags")
+#: The tags each condition asks for.
+CONDITION_TAGS: dict[str, tuple[str, ...]] = {
+    "E1": ("response",),
+    "E2": ("response", "explanation"),
+    "E3": ("response", "features"),
+    "E4": ("response", "features", "kb", "rule_check"),
+    "E5": ("response", "tbox", "abox", "dl_explanation"),
+}
+KNOWN_TAGS: tuple[str, ...] = tuple(dict.fromkeys(t for tags in CONDITION_TAGS.values() for t in tags))
+
+_OPEN = re.compile(r"<\s*([A-Za-z_][\w-]*)(?:\s[^<>]*)?>")
+_CLOSE = re.compile(r"<\s*/\s*([A-Za-z_][\w-]*)\s*>")
+
+
+@dataclass(frozen=True)
+class Issue:
+    kind: str
+    tag: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.tag}): {self.detail}"
+
+
+@dataclass
+class Parsed:
+    """``fields``: the text of every well-formed known tag; ``response``: the chosen label or ``None``."""
+
+    condition: str
+    fields: dict[str, str] = field(default_factory=dict)
+    response: str | None = None
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+    def kinds(self) -> list[str]:
+        return sorted({i.kind for i in self.issues})
+
+    def to_json(self) -> dict:
+        return {"condition": self.condition, "fields": self.fields, "response": self.response,
+                "issues": [{"kind": i.kind, "tag": i.tag, "detail": i.detail} for i in self.issues]}  # fmt: skip
+
+
+def _blocks(text: str, tag: str) -> tuple[list[str], int, int]:
+    """Closed ``<tag>...</tag>`` bodies, and the counts of opening / closing tags left unmatched."""
+    opens = [m for m in _OPEN.finditer(text) if m.group(1).lower() == tag]
+    closes = [m for m in _CLOSE.finditer(text) if m.group(1).lower() == tag]
+    bodies, used_close, unmatched_open = [], set(), 0
+    for o in opens:
+        nxt = next((c for c in closes if c.start() >= o.end() and id(c) not in used_close), None)
+        if nxt is None:
+            unmatched_open += 1
+            continue
+        used_close.add(id(nxt))
+        bodies.append(text[o.end() : nxt.start()].strip())
+    return bodies, unmatched_open, len(closes) - len(used_close)
+
+
+def normalise_label(value: str) -> str:
+    """``" Class 2. "`` -> ``"2"``; ``"**Star hands**"`` -> ``"star hands"`` (case, markup, a
+    ``class``/``label`` prefix and trailing punctuation ignored)."""
+    v = re.sub(r"[*_`\"']", "", value).strip().strip(".!:;,").strip().lower()
+    v = re.sub(r"^(class|label|category)\s*[:#]?\s*", "", v)
+    return v.strip()
+
+
+def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Parsed:
+    """Parse one reply of ``condition`` against the episode's label ``options``."""
+    if condition not in CONDITION_TAGS:
+        raise ValueError(f"unknown condition '{condition}' (expected one of {sorted(CONDITION_TAGS)})")
+    text = reply or ""
+    want = CONDITION_TAGS[condition]
+    out = Parsed(condition)
+    for tag in KNOWN_TAGS:
+        bodies, unclosed, orphans = _blocks(text, tag)
+        if unclosed:
+            out.issues.append(Issue("unclosed", tag, f"<{tag}> opened {unclosed}x without </{tag}>"))
+        if orphans:
+            out.issues.append(Issue("orphan", tag, f"</{tag}> closed {orphans}x without <{tag}>"))
+        if tag not in want:
+            if bodies or unclosed:
+                out.issues.append(Issue("extra_tags", tag, f"<{tag}> is not asked for under {condition}"))
+            continue
+        if bodies:
+            out.fields[tag] = "\n".join(bodies) if tag != "response" else bodies[-1]
+        elif not unclosed:
+            out.issues.append(Issue("missing", tag, f"no <{tag}>"))
+    if "response" in out.fields:
+        opts = {normalise_label(o): o for o in options}
+        got = normalise_label(out.fields["response"])
+        if got in opts:
+            out.response = opts[got]
+        else:
+            out.issues.append(Issue("not_in_options", "response", f"{out.fields['response'][:40]!r} is not one of {list(options)}"))
+    return out
+
+
+def bullet_features(text: str) -> list[str]:
+    """Feature noun phrases from a ``<features>`` body: one per bullet / line, markers stripped,
+    lower-cased, duplicates dropped (order kept)."""
+    items = []
+    for line in re.split(r"[\n;]", text or ""):
+        s = re.sub(r"^\s*(?:[-*\u2022]|\d+[.)])\s*", "", line).strip().strip(".").strip().lower()
+        if s:
+            items.append(s)
+    return list(dict.fromkeys(items))
+
+
+def count_issues(parsed: Iterable[Parsed]) -> dict[str, int]:
+    """Errors per kind (a reply with two missing tags counts twice)."""
+    counts = dict.fromkeys(ERROR_KINDS, 0)
+    for p in parsed:
+        for i in p.issues:
+            counts[i.kind] += 1
+    return counts

@@ -1,0 +1,442 @@
+"""One ICL study: episodes -> every model x dataset x condition x episode -> parse -> checker (E5)
+-> judge -> statistics -> tables and plots.
+
+Every trial is one JSON record under ``records/`` written when its replies arrive, so a killed run
+resumes where it stopped (and the client's reply cache makes even a lost record cost nothing).
+``run(cfg)`` writes ``accuracy.{md,csv}``, ``parse_errors.csv``, ``judge.{md,csv}``,
+``checker.{md,csv}``, ``stats.{md,json}``, ``radar.png`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cbm.vlm.icl import dl, stats
+from cbm.vlm.icl.config import ICLConfig
+from cbm.vlm.icl.datasets import ICLDataset, make_dataset
+from cbm.vlm.icl.episodes import Episode, load_episodes, make_episodes, save_episodes
+from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibility
+from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
+from cbm.vlm.messages import user_message
+from cbm.vlm.reply import ChatError
+from synthetic.atomic import write_json_atomic, write_text_atomic
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass
+class Trial:
+    model: str
+    dataset: str
+    condition: str
+    episode: Episode
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.dataset}/{self.condition}/{self.episode.id}"
+
+
+def episodes_for(cfg: ICLConfig, ds: ICLDataset) -> list[Episode]:
+    """The dataset's saved episodes, or new ones (saved) when there are none."""
+    path = Path(cfg.episodes_dir or Path(cfg.output_dir) / "episodes") / f"{ds.name}.json"
+    eps = load_episodes(path, cfg.episodes, ds.fingerprint)
+    if eps is None:
+        eps = make_episodes(ds.name, ds.labels, ds.class_names, cfg.episodes)
+        save_episodes(path, eps, cfg.episodes, ds.fingerprint)
+    return eps
+
+
+def options_text(labels: Sequence[str]) -> str:
+    return ", ".join(labels)
+
+
+def trial_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial) -> Messages:
+    """System prompt; each support image as a user turn with its label as the assistant turn; the
+    query image with the condition's instruction."""
+    p, ep = cfg.prompts, trial.episode
+    opts = options_text(ep.labels)
+    msgs: Messages = [{"role": "system", "content": p["system"]}] if p["system"] else []
+    for i, shot in enumerate(ep.support, 1):
+        msgs.append(user_message(p["support_user"].format(index=i, options=opts), [ds.image(shot.index)]))
+        msgs.append({"role": "assistant", "content": p["support_assistant"].format(label=shot.label)})
+    instruction = p["instructions"][trial.condition].format(options=opts)
+    msgs.append(user_message(p["query"].format(options=opts, instruction=instruction), [ds.image(ep.query[0].index)]))
+    return msgs
+
+
+def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str) -> Messages:
+    p, ep = cfg.prompts, trial.episode
+    images = [ds.image(ep.query[0].index)]
+    note = ""
+    if cfg.judge_options.support_images:
+        images += [ds.image(s.index) for s in ep.support]
+        note = ", followed by the labelled examples in order (labels: " + ", ".join(s.label for s in ep.support) + ")"
+    text = p["judge"].format(options=options_text(ep.labels), condition=trial.condition, description=p["descriptions"][trial.condition],
+                             output=output, rubric=p["rubric"], support_note=note)  # fmt: skip
+    return [user_message(text, images)]
+
+
+def global_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str, response: str) -> Messages:
+    ep = trial.episode
+    cls = ep.classes[ep.labels.index(response)] if response in ep.labels else response
+    text = cfg.prompts["judge_global"].format(classes=", ".join(ds.class_names), response=cls, output=output)
+    return [user_message(text, [ds.image(ep.query[0].index)])]
+
+
+def features_of(parsed: Parsed) -> set[str] | None:
+    """The features an output names (E3/E4 bullets, E5 ABox); ``None`` for E1/E2."""
+    if parsed.condition in ("E3", "E4"):
+        return set(bullet_features(parsed.fields.get("features", "")))
+    if parsed.condition == "E5":
+        box, _ = dl.parse_abox(parsed.fields.get("abox", ""))
+        return set().union(*box.features.values()) if box.features else set()
+    return None
+
+
+class Study:
+    """The clients, datasets and episodes of one run, and the record store."""
+
+    def __init__(self, cfg: ICLConfig, http_client: Any | None = None):
+        from cbm.vlm.client import ChatClient
+        from cbm.vlm.config import ClientConfig
+
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.models = {name: ChatClient(ClientConfig.from_mapping(dict(s)), http_client=http_client) for name, s in cfg.models.items()}
+        self.judge = ChatClient(ClientConfig.from_mapping(dict(cfg.judge)), http_client=http_client)
+        self.datasets = {name: make_dataset(name, dict(spec), cfg.cache_dir) for name, spec in cfg.datasets.items()}
+        self.episodes = {name: episodes_for(cfg, ds) for name, ds in self.datasets.items()}
+
+    def trials(self) -> list[Trial]:
+        return [Trial(m, d, c, ep) for m in self.models for d in self.datasets for c in self.cfg.conditions for ep in self.episodes[d]]
+
+    def _path(self, trial: Trial) -> Path:
+        return self.out / "records" / f"{trial.id}.json"
+
+    def _load(self, trial: Trial) -> dict[str, Any] | None:
+        path = self._path(trial)
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None  # a damaged record is made again (the replies come from the cache)
+
+    def _save(self, trial: Trial, rec: dict[str, Any]) -> None:
+        write_json_atomic(self._path(trial), rec)
+
+    def _map(self, client: Any, requests: list[Messages], desc: str, **params: Any) -> list[Any]:
+        return client.map(requests, progress=self.cfg.progress, desc=desc, **params) if requests else []
+
+    def run_trials(self) -> list[dict[str, Any]]:
+        """Every trial's record (answers, parse, checker, judge scores), resuming what is on disk."""
+        trials = self.trials()
+        recs: dict[str, dict[str, Any]] = {t.id: r for t in trials if (r := self._load(t)) is not None}
+        # 1. the models' answers
+        for name, client in self.models.items():
+            todo = [t for t in trials if t.model == name and recs.get(t.id, {}).get("status") != "answered"]
+            replies = self._map(client, [trial_messages(self.cfg, self.datasets[t.dataset], t) for t in todo], f"{name} answers")
+            for t, rep in zip(todo, replies):
+                recs[t.id] = self._answer_record(t, rep)
+                self._save(t, recs[t.id])
+        # 2. reproducibility reruns (sampled), 3. judge, 4. global discriminativeness
+        jo = self.cfg.judge_options
+        if jo.reproducibility_repeats:
+            self._reproducibility(trials, recs)
+        if jo.enabled:
+            self._judge(trials, recs, "judge", lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["reply"]))
+            if jo.global_discriminativeness:
+                self._judge(trials, recs, "judge_global",
+                            lambda t, r: global_messages(self.cfg, self.datasets[t.dataset], t, r["reply"], r["parsed"]["response"]),
+                            metrics=(GLOBAL_METRIC,), need_response=True)  # fmt: skip
+        return [recs[t.id] for t in trials]
+
+    def _answer_record(self, t: Trial, reply: Any) -> dict[str, Any]:
+        ep = t.episode
+        base = {"trial": t.id, "model": t.model, "dataset": t.dataset, "condition": t.condition, "episode": ep.id,
+                "n_way": ep.n_way, "k_shot": ep.k_shot, "truth": ep.query[0].label, "truth_class": ep.query[0].cls}  # fmt: skip
+        if isinstance(reply, ChatError):
+            return {**base, "status": "error", "error": str(reply)}
+        parsed = parse_reply(reply.text, t.condition, ep.labels)
+        rec = {**base, "status": "answered", "reply": reply.text, "parsed": parsed.to_json(),
+               "correct": parsed.response == ep.query[0].label}  # fmt: skip
+        if t.condition == "E5":
+            f = parsed.fields
+            rec["checker"] = dl.check(f.get("tbox", ""), f.get("abox", ""), f.get("dl_explanation", ""), parsed.response, ep.labels).to_json()
+        feats = features_of(parsed)
+        if feats is not None:
+            rec["features"] = sorted(feats)
+        return rec
+
+    def _reproducibility(self, trials: list[Trial], recs: dict[str, dict[str, Any]]) -> None:
+        jo = self.cfg.judge_options
+        for name, client in self.models.items():
+            todo = [t for t in trials if t.model == name and t.condition in ("E3", "E4", "E5") and recs[t.id].get("status") == "answered"
+                    and "reproducibility" not in recs[t.id]]  # fmt: skip
+            for r in range(jo.reproducibility_repeats):
+                replies = self._map(client, [trial_messages(self.cfg, self.datasets[t.dataset], t) for t in todo], f"{name} rerun {r + 1}",
+                                    temperature=jo.reproducibility_temperature, seed=r + 1)  # fmt: skip
+                for t, rep in zip(todo, replies):
+                    runs = recs[t.id].setdefault("_reruns", [])
+                    if not isinstance(rep, ChatError):
+                        runs.append(sorted(features_of(parse_reply(rep.text, t.condition, t.episode.labels)) or []))
+            for t in todo:
+                runs = recs[t.id].pop("_reruns", [])
+                value = reproducibility([set(s) for s in runs])
+                recs[t.id]["reproducibility"] = {"runs": runs, "jaccard": value}
+                self._save(t, recs[t.id])
+
+    def _judge(self, trials: list[Trial], recs: dict[str, dict[str, Any]], key: str, build: Any,
+               metrics: Sequence[str] = METRICS, need_response: bool = False) -> None:  # fmt: skip
+        todo = [t for t in trials if recs[t.id].get("status") == "answered" and not recs[t.id].get(key, {}).get("complete")
+                and (not need_response or recs[t.id]["parsed"]["response"] is not None)]  # fmt: skip
+        replies = self._map(self.judge, [build(t, recs[t.id]) for t in todo], key)
+        for t, rep in zip(todo, replies):
+            if isinstance(rep, ChatError):
+                recs[t.id][key] = {"complete": False, "error": str(rep)}
+            else:
+                s = parse_scores(rep.text, metrics)
+                recs[t.id][key] = {"complete": s.complete, **s.to_json(), "reply": rep.text}
+            self._save(t, recs[t.id])
+
+    def usage(self) -> dict[str, Any]:
+        out = {name: {"model": c.model, **c.usage.to_json()} for name, c in self.models.items()}
+        out["judge"] = {"model": self.judge.model, **self.judge.usage.to_json()}
+        return out
+
+
+# ------------------------------------------------------------------ tables
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=_columns(rows), restval="")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _md(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)\n"
+    head = _columns(rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.get(k, math.nan) for k in head]
+        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, float) else str(v) for v in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _groups(records: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for r in records:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def accuracy_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (m, d, c), rs in sorted(_groups(records, "model", "dataset", "condition").items()):
+        answered = [r for r in rs if r["status"] == "answered"]
+        a = stats.accuracy([r["correct"] for r in answered])
+        issues = [i["kind"] for r in answered for i in r["parsed"]["issues"]]
+        rows.append({"model": m, "dataset": d, "condition": c, "trials": len(rs), "answered": len(answered), "accuracy": a["acc"],
+                     "se": a["se"], "unparsed_response": sum(r["parsed"]["response"] is None for r in answered),
+                     "parse_errors": len(issues)})  # fmt: skip
+    return rows
+
+
+def parse_error_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (m, c), rs in sorted(_groups(records, "model", "condition").items()):
+        counts = dict.fromkeys(ERROR_KINDS, 0)
+        for r in rs:
+            for i in r.get("parsed", {}).get("issues", []):
+                counts[i["kind"]] += 1
+        rows.append({"model": m, "condition": c, "replies": sum(r["status"] == "answered" for r in rs), **counts})
+    return rows
+
+
+def judge_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (m, c), rs in sorted(_groups(records, "model", "condition").items()):
+        judged = [r["judge"]["scores"] for r in rs if r.get("judge", {}).get("scores")]
+        row: dict[str, Any] = {"model": m, "condition": c, "judged": len(judged)}
+        for k in METRICS:
+            v = [s[k] for s in judged if k in s]
+            row[k] = float(np.mean(v)) if v else math.nan
+        g = [r["judge_global"]["scores"][GLOBAL_METRIC] for r in rs if GLOBAL_METRIC in r.get("judge_global", {}).get("scores", {})]
+        if g:
+            row[GLOBAL_METRIC] = float(np.mean(g))
+        rep = [r["reproducibility"]["jaccard"] for r in rs if r.get("reproducibility", {}).get("jaccard") is not None]
+        if rep:
+            row["reproducibility"] = float(np.mean(rep))
+        rows.append(row)
+    return rows
+
+
+def checker_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for (m, d), rs in sorted(_groups([r for r in records if "checker" in r], "model", "dataset").items()):
+        ch = [r["checker"] for r in rs]
+        share = lambda key, ch=ch: float(np.mean([bool(c[key]) for c in ch]))  # noqa: E731
+        rows.append({"model": m, "dataset": d, "outputs": len(ch), "syntactic_validity": float(np.mean([c["syntactic_validity"] for c in ch])),
+                     "valid": share("valid"), "placeholders": float(np.mean([bool(c["placeholders"]) for c in ch])),
+                     "claimed_necessary": share("claimed_necessary"), "fired_match": share("fired_match"),
+                     "entails_response": share("entails_response"), "consistent": share("consistent"),
+                     "correct": float(np.mean([bool(r.get("correct")) for r in rs]))})  # fmt: skip
+    return rows
+
+
+def statistics(records: list[dict[str, Any]], conditions: list[str], correction: str) -> dict[str, Any]:
+    """Per model x dataset: McNemar for every pair of conditions, Cochran's Q, and per judge metric
+    Friedman, Wilcoxon for every pair, Spearman(metric, correct) corrected over the metrics."""
+    out: dict[str, Any] = {}
+    for (m, d), rs in sorted(_groups([r for r in records if r["status"] == "answered"], "model", "dataset").items()):
+        by = {(r["condition"], r["episode"]): r for r in rs}
+        eps = sorted({r["episode"] for r in rs if all((c, r["episode"]) in by for c in conditions)})
+        key = f"{m}/{d}"
+        res: dict[str, Any] = {"episodes_paired": len(eps)}
+        if eps:
+            corr = np.array([[by[(c, e)]["correct"] for c in conditions] for e in eps], dtype=bool)
+            res["mcnemar"] = {f"{a} vs {b}": stats.mcnemar_exact(corr[:, i], corr[:, j])
+                              for i, a in enumerate(conditions) for j, b in enumerate(conditions) if i < j}  # fmt: skip
+            if len(conditions) >= 2:
+                res["cochrans_q"] = stats.cochrans_q(corr.astype(float))
+        judged = [c for c in conditions if any(by.get((c, e), {}).get("judge", {}).get("complete") for e in eps)]
+        jeps = [e for e in eps if all(by[(c, e)].get("judge", {}).get("complete") for c in judged)]
+        if jeps and len(judged) >= 2:
+            res["judge"] = {}
+            for metric in METRICS:
+                t = np.array([[by[(c, e)]["judge"]["scores"][metric] for c in judged] for e in jeps], dtype=float)
+                entry: dict[str, Any] = {"wilcoxon": {f"{a} vs {b}": stats.wilcoxon(t[:, i], t[:, j])
+                                                      for i, a in enumerate(judged) for j, b in enumerate(judged) if i < j}}  # fmt: skip
+                if len(judged) >= 3:
+                    entry["friedman"] = stats.friedman(t)
+                res["judge"][metric] = entry
+        scored = [r for r in rs if r.get("judge", {}).get("complete")]
+        if scored:
+            scores = {k: [r["judge"]["scores"][k] for r in scored] for k in METRICS}
+            res["spearman_vs_correct"] = stats.spearman_with_correctness(scores, [r["correct"] for r in scored], correction)
+        out[key] = res
+    return out
+
+
+def human_agreement(path: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Judge vs human per metric from a CSV with a ``trial`` column and metric columns (1-5)."""
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as err:
+        raise ValueError(f"statistics.human_scores: cannot read {p} ({err.strerror})") from None
+    if not rows or "trial" not in rows[0]:
+        raise ValueError(f"statistics.human_scores: {p} needs a header with a 'trial' column and metric columns")
+    judged = {r["trial"]: r["judge"]["scores"] for r in records if r.get("judge", {}).get("scores")}
+    out = []
+    for metric in [m for m in METRICS if m in rows[0]]:
+        j, h = [], []
+        for i, row in enumerate(rows, 2):
+            if row["trial"] in judged and metric in judged[row["trial"]] and (row.get(metric) or "").strip():
+                try:
+                    h.append(float(row[metric]))
+                except ValueError:
+                    raise ValueError(f"statistics.human_scores: {p} line {i}: {metric}={row[metric]!r} is not a number") from None
+                j.append(judged[row["trial"]][metric])
+        out.append({"metric": metric, **stats.judge_vs_human(j, h)})
+    return out
+
+
+def radar_chart(rows: list[dict[str, Any]], path: Path) -> None:
+    """One polar panel per model: the nine mean judge scores of each condition."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({r["model"] for r in rows})
+    if not models:
+        return
+    angles = np.linspace(0, 2 * np.pi, len(METRICS), endpoint=False)
+    fig, axes = plt.subplots(1, len(models), subplot_kw={"polar": True}, figsize=(5.5 * len(models), 5.5), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        for r in [r for r in rows if r["model"] == m]:
+            v = np.array([r[k] for k in METRICS], dtype=float)
+            if np.isnan(v).all():
+                continue
+            v = np.nan_to_num(v)
+            ax.plot(np.r_[angles, angles[:1]], np.r_[v, v[:1]], label=r["condition"])
+            ax.fill(np.r_[angles, angles[:1]], np.r_[v, v[:1]], alpha=0.08)
+        ax.set_xticks(angles)
+        ax.set_xticklabels([k.replace("_", "\n") for k in METRICS], fontsize=7)
+        ax.set_ylim(0, 5)
+        ax.set_title(m)
+        ax.legend(loc="lower right", fontsize=7, bbox_to_anchor=(1.25, -0.1))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
+    out = Path(cfg.output_dir)
+    study = Study(cfg, http_client=http_client)
+    records = study.run_trials()
+    tables = {"accuracy": accuracy_rows(records), "parse_errors": parse_error_rows(records), "judge": judge_rows(records),
+              "checker": checker_rows(records)}  # fmt: skip
+    st = statistics(records, cfg.conditions, cfg.statistics.correction)
+    if cfg.statistics.human_scores:
+        st["judge_vs_human"] = human_agreement(cfg.statistics.human_scores, records)
+    for name, rows in tables.items():
+        write_text_atomic(out / f"{name}.csv", _csv(rows))
+        if name != "parse_errors":
+            write_text_atomic(out / f"{name}.md", _md(rows))
+    write_json_atomic(out / "stats.json", st)
+    write_text_atomic(out / "stats.md", stats_md(st, cfg.statistics.correction))
+    radar_chart(tables["judge"], out / "radar.png")
+    result = {"trials": len(records), "episodes": {d: len(e) for d, e in study.episodes.items()},
+              "status": {s: sum(r["status"] == s for r in records) for s in ("answered", "error")},
+              "tables": tables, "usage": study.usage()}  # fmt: skip
+    write_json_atomic(out / "results.json", result)
+    return {"records": records, "tables": tables, "stats": st, "result": result}
+
+
+def stats_md(st: dict[str, Any], correction: str) -> str:
+    lines = []
+    for key, res in st.items():
+        if key == "judge_vs_human":
+            lines += ["## judge vs human", "", _md(res)]
+            continue
+        lines += [f"## {key}", "", f"episodes paired across conditions: {res['episodes_paired']}", ""]
+        if "cochrans_q" in res:
+            q = res["cochrans_q"]
+            lines.append(f"Cochran's Q = {q['q']:.3f} (df {q['df']}), p = {q['p']:.4g}")
+        for pair, v in res.get("mcnemar", {}).items():
+            lines.append(f"- McNemar (exact) {pair}: {v['a_only']} vs {v['b_only']} discordant, p = {v['p']:.4g}")
+        if "spearman_vs_correct" in res:
+            lines += ["", f"Spearman(metric, correct), p adjusted ({correction}) over the {len(METRICS)} metrics:", "",
+                      _md(res["spearman_vs_correct"])]  # fmt: skip
+        for metric, v in res.get("judge", {}).items():
+            if "friedman" in v:
+                lines.append(f"- {metric}: Friedman chi2 = {v['friedman']['stat']:.3f}, p = {v['friedman']['p']:.4g}")
+        lines.append("")
+    return "\n".join(lines) + "\n"

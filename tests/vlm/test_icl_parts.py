@@ -1,0 +1,209 @@
+"""The ICL study's parts on exact cases: episodes, the reply parser's error kinds, the
+Description-Logic checker (on hand-written outputs, against an OWL RL reasoner), the judge parser
+and the statistics against textbook values and scipy / statsmodels reference calls."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cbm.vlm.icl import dl, stats
+from cbm.vlm.icl.episodes import EpisodeGrid, load_episodes, make_episodes, save_episodes
+from cbm.vlm.icl.judge import METRICS, parse_scores, reproducibility
+from cbm.vlm.icl.parse import bullet_features, count_issues, parse_reply
+
+LABELS = np.repeat(np.arange(6), 12)  # 6 classes x 12 items
+NAMES = [f"class{i}" for i in range(6)]
+
+
+# ------------------------------------------------------------------ episodes
+def test_episode_grid_is_26_runs_disjoint_and_deterministic(tmp_path):
+    grid = EpisodeGrid()
+    eps = make_episodes("toy", LABELS, NAMES, grid)
+    assert grid.n_episodes == len(eps) == 26
+    cells = {}
+    for e in eps:
+        cells[(e.n_way, e.k_shot)] = cells.get((e.n_way, e.k_shot), 0) + 1
+        assert e.n_way * cells[(e.n_way, e.k_shot)] <= 12
+        assert len(e.support) == e.n_way * e.k_shot and len(e.query) == 1
+        sup = {s.index for s in e.support}
+        assert len(sup) == len(e.support) and e.query[0].index not in sup  # support and query disjoint
+        assert sorted(e.labels) == [str(i) for i in range(1, e.n_way + 1)]  # anonymised ids
+        for s in (*e.support, *e.query):  # every shot's class and label agree with the dataset
+            assert NAMES[LABELS[s.index]] == s.cls == e.classes[e.labels.index(s.label)]
+        assert sorted(s.cls for s in e.support) == sorted(np.repeat(e.classes, e.k_shot))
+    assert cells == {(2, 1): 6, (3, 1): 4, (4, 1): 3, (2, 5): 6, (3, 5): 4, (4, 5): 3}
+    assert [e.to_json() for e in make_episodes("toy", LABELS, NAMES, grid)] == [e.to_json() for e in eps]
+    assert make_episodes("other", LABELS, NAMES, grid)[0].to_json() != eps[0].to_json()  # seeded per dataset
+    named = make_episodes("toy", LABELS, NAMES, EpisodeGrid(anonymise=False))
+    assert all(set(e.labels) == set(e.classes) for e in named)
+    # saved as JSON and reused; another grid or dataset is refused in one line
+    path = tmp_path / "toy.json"
+    save_episodes(path, eps, grid, {"kind": "toy"})
+    assert json.loads(path.read_text())["episodes"][0]["support"][0].keys() == {"index", "cls", "label"}
+    assert [e.to_json() for e in load_episodes(path, grid, {"kind": "toy"})] == [e.to_json() for e in eps]
+    with pytest.raises(ValueError, match="episodes made for other settings"):
+        load_episodes(path, EpisodeGrid(seed=1), {"kind": "toy"})
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="not an episodes file"):
+        load_episodes(path, grid, {"kind": "toy"})
+
+
+def test_episodes_need_enough_classes_and_items():
+    with pytest.raises(ValueError, match="2 classes have >= 6 items .* the grid needs 4"):
+        make_episodes("binary", np.repeat([0, 1], 20), ["a", "b"], EpisodeGrid())
+    with pytest.raises(ValueError, match="not a multiple of N"):
+        EpisodeGrid(n_ways=[5])
+
+
+# ------------------------------------------------------------------ parser
+OPTS = ["1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    "condition, reply, response, kinds",
+    [
+        ("E1", "<response>2</response>", "2", []),
+        ("E1", "I think <response> Class 2. </response>", "2", []),
+        ("E1", "The answer is 2.", None, ["missing"]),
+        ("E1", "<response>2", None, ["unclosed"]),
+        ("E1", "2</response>", None, ["missing", "orphan"]),
+        ("E1", "<response>7</response>", None, ["not_in_options"]),
+        ("E1", "<response>1</response><explanation>round head</explanation>", "1", ["extra_tags"]),
+        ("E2", "<response>3</response><explanation>pointy feet", "3", ["unclosed"]),
+        ("E3", "<response>1</response><features>- star hands\n- pointy feet</features>", "1", []),
+        ("E3", "<response>1</response><features>- a</features><kb>IF a THEN 1</kb>", "1", ["extra_tags"]),
+        ("E4", "<response>1</response><features>- a</features><kb>IF a THEN 1</kb>", "1", ["missing"]),
+        ("E5", "<response>2</response><tbox>A1: Class_2 ≡ hasVisualFeature(X)</tbox><abox>hasVisualFeature(query, X)</abox>"
+               "<dl_explanation>A1 fires</dl_explanation>", "2", []),  # fmt: skip
+    ],
+)
+def test_reply_parser_error_kinds(condition, reply, response, kinds):
+    p = parse_reply(reply, condition, OPTS)
+    assert p.response == response
+    assert p.kinds() == sorted(kinds)
+
+
+def test_parse_counts_and_features():
+    ps = [parse_reply("<response>9</response>", "E1", OPTS), parse_reply("", "E4", OPTS), parse_reply("<response>1", "E1", OPTS)]
+    assert count_issues(ps) == {"missing": 4, "unclosed": 1, "orphan": 0, "not_in_options": 1, "extra_tags": 0}
+    assert bullet_features("- Star hands.\n* pointy feet\n1. star hands\n\n• round head") == ["star hands", "pointy feet", "round head"]
+
+
+# ------------------------------------------------------------------ DL checker
+TBOX = """A1: Class_1 ≡ hasVisualFeature(StarHands) ⊓ hasVisualFeature(PointyFeet)
+A2: Class_2 ⊑ hasVisualFeature(BallHands)
+A3: hasVisualFeature(BallHands) ⊓ hasVisualFeature(RoundHead) ⊑ Class_2"""
+
+
+def test_checker_scores_a_correct_explanation():
+    c = dl.check(TBOX, "hasVisualFeature(query, StarHands)\nhasVisualFeature(query, PointyFeet)",
+                 "A1 fires. Therefore Class_1(query).", "1", OPTS)  # fmt: skip
+    assert (c.valid, c.syntactic_validity, c.n_axioms, c.fired_match, c.entails_response, c.consistent) == (True, 1.0, 3, True, True, True)
+    assert c.fired == c.claimed == ["Class_1 ≡ hasVisualFeature(StarHands) ⊓ hasVisualFeature(PointyFeet)"]
+    assert (c.claim_precision, c.claim_recall, c.claimed_class, c.problems) == (1.0, 1.0, "Class_1", [])
+
+
+def test_checker_catches_the_known_failure_kinds():
+    # a necessary condition claimed as fired: it never classifies, nothing fires
+    c = dl.check(TBOX, "hasVisualFeature(query, BallHands)", "A2 fires, so Class_2(query)", "2", OPTS)
+    assert c.claimed_necessary and c.fired == [] and not c.fired_match and not c.entails_response
+    # a fired rule whose class differs from the response
+    c = dl.check(TBOX, "hasVisualFeature(query, BallHands)\nhasVisualFeature(query, RoundHead)", "A3 fires. Class_2(query)", "1", OPTS)
+    assert c.fired_match and not c.entails_response and any("entail ['class2'], the response is '1'" in p for p in c.problems)
+    # a claimed rule whose conjuncts are not all asserted does not fire
+    c = dl.check(TBOX, "hasVisualFeature(query, StarHands)", "A1 fires. Therefore Class_1(query)", "1", OPTS)
+    assert c.fired == [] and not c.fired_match and c.claim_precision == 0.0 and not c.entails_response
+    # template placeholders copied literally
+    c = dl.check("A1: [Class] ≡ hasVisualFeature([F1]) ⊓ hasVisualFeature([F2])", "hasVisualFeature(query, [F1])", "A1 fires", "1", OPTS)
+    assert c.placeholders == ["[Class]", "[F1]", "[F2]"] and not c.valid
+    # two exclusive classes entailed: inconsistent
+    c = dl.check("hasVisualFeature(A) ⊑ Class_1\nhasVisualFeature(B) ⊑ Class_2", "hasVisualFeature(q, A)\nhasVisualFeature(q, B)", "", "1", OPTS)
+    assert not c.consistent and len(c.fired) == 2
+    # not axioms at all
+    c = dl.check("Class 1 has star hands\nA1: Class_1 ≡ hasVisualFeature(X)", "the robot has star hands", "", "1", OPTS)
+    assert c.syntactic_validity == pytest.approx(1 / 3) and not c.valid
+
+
+def test_checker_reads_exists_ascii_and_subclass_forms():
+    tbox = "R1: exists hasVisualFeature.StarHands and exists hasVisualFeature.PointyFeet SubClassOf Class_3\nClass_3 <= Spiky"
+    c = dl.check(tbox, "query : ∃hasVisualFeature.Star_Hands\nhasVisualFeature(query, pointy feet)", "R1 fires: Class_3(query)", "3", OPTS)
+    assert c.valid and c.fired_match and c.entails_response and c.entailed == ["class3", "spiky"]
+    eq = dl.check("(∃hasVisualFeature.A ⊓ ∃hasVisualFeature.B) ≡ Class_2", "hasVisualFeature(x, A)\nhasVisualFeature(x, B)",
+                  "∃hasVisualFeature.A ⊓ ∃hasVisualFeature.B ≡ Class_2 fires, hence x : Class_2", "2", OPTS)  # fmt: skip
+    assert eq.fired_match and eq.entails_response and eq.claimed_class == "Class_2"
+
+
+@pytest.mark.parametrize("abox", ["hasVisualFeature(query, StarHands)\nhasVisualFeature(query, PointyFeet)",
+                                  "hasVisualFeature(query, BallHands)\nhasVisualFeature(query, RoundHead)",
+                                  "hasVisualFeature(query, BallHands)", "hasVisualFeature(query, StarHands)"])  # fmt: skip
+def test_checker_entails_what_an_owl_rl_reasoner_entails(abox):
+    ours = dl.entailed_classes(*(lambda ax: (ax, dl.fired_axioms(ax, dl.parse_abox(abox)[0].features["query"])))(dl.parse_tbox(TBOX)[0]))
+    assert dl.owl_entailed(TBOX, abox, "query") == ours
+
+
+# ------------------------------------------------------------------ judge
+def test_judge_scores_are_parsed_strictly():
+    ok = "".join(f"<{m}>{i % 5 + 1}</{m}>" for i, m in enumerate(METRICS))
+    s = parse_scores(ok)
+    assert s.complete and s.scores == {m: i % 5 + 1 for i, m in enumerate(METRICS)}
+    bad = ok.replace("<conciseness>5</conciseness>", "<conciseness>6</conciseness>").replace("<specificity>1</specificity>", "")
+    bad += "<comprehensibility>4</comprehensibility>"
+    s = parse_scores(bad)
+    assert set(s.errors) == {"conciseness", "specificity", "comprehensibility"} and s.errors["specificity"] == "missing"
+    assert s.errors["comprehensibility"] == "repeated" and s.errors["conciseness"].startswith("not an integer")
+    assert parse_scores("<logical_coherence>4.5</logical_coherence>", ["logical_coherence"]).errors
+    assert reproducibility([{"a", "b"}, {"a", "b"}, {"a"}]) == pytest.approx((1 + 0.5 + 0.5) / 3)
+    assert reproducibility([{"a"}]) is None
+
+
+# ------------------------------------------------------------------ statistics
+def test_mcnemar_exact_textbook_and_statsmodels():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    a = np.r_[np.ones(10 + 30, bool), np.zeros(2 + 8, bool)]  # a right: 10 discordant + 30 both right
+    b = np.r_[np.zeros(10, bool), np.ones(30, bool), np.ones(2, bool), np.zeros(8, bool)]
+    r = stats.mcnemar_exact(a, b)
+    assert (r["a_only"], r["b_only"]) == (10, 2)
+    assert r["p"] == pytest.approx(2 * (1 + 12 + 66) / 4096, rel=1e-12)  # 2 P(X <= 2 | 12, 1/2) = 0.0386
+    assert r["p"] == pytest.approx(mcnemar([[30, 10], [2, 8]], exact=True).pvalue, rel=1e-12)
+    assert stats.mcnemar_exact([True, False], [True, False])["p"] == 1.0
+
+
+def test_cochrans_q_against_the_formula():
+    t = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [1, 0, 0]], float)
+    k, col, row, n = t.shape[1], t.sum(0), t.sum(1), t.sum()
+    q = (k - 1) * (k * (col**2).sum() - n**2) / (k * n - (row**2).sum())
+    r = stats.cochrans_q(t)
+    assert r["q"] == pytest.approx(q) and r["df"] == 2
+    from scipy.stats import chi2
+
+    assert r["p"] == pytest.approx(chi2.sf(q, 2))
+
+
+def test_rank_tests_match_scipy():
+    from scipy.stats import friedmanchisquare, spearmanr, wilcoxon
+
+    rng = np.random.default_rng(0)
+    a, b, c = rng.integers(1, 6, 30), rng.integers(1, 6, 30), rng.integers(1, 6, 30)
+    assert stats.wilcoxon(a, b)["p"] == pytest.approx(wilcoxon(a, b).pvalue)
+    assert stats.wilcoxon(a, a)["p"] == 1.0
+    assert stats.friedman(np.c_[a, b, c])["p"] == pytest.approx(friedmanchisquare(a, b, c).pvalue)
+    correct = rng.random(30) < 0.5
+    rows = stats.spearman_with_correctness({"m1": a, "m2": b, "flat": np.full(30, 3)}, correct, "holm")
+    raw = [spearmanr(a, correct).pvalue, spearmanr(b, correct).pvalue]
+    assert rows[0]["rho"] == pytest.approx(spearmanr(a, correct).statistic) and math.isnan(rows[2]["rho"])
+    lo, hi = sorted(raw)  # Holm over the two testable metrics: min*2, then max(that, max*1)
+    holm = {lo: min(1, 2 * lo), hi: min(1, max(2 * lo, hi))}
+    assert [rows[0]["p_adj"], rows[1]["p_adj"]] == pytest.approx([holm[raw[0]], holm[raw[1]]])
+    bonf = stats.spearman_with_correctness({"m1": a, "m2": b}, correct, "bonferroni")
+    assert [r["p_adj"] for r in bonf] == pytest.approx([min(1, 2 * p) for p in raw])
+
+
+def test_judge_vs_human_agreement():
+    r = stats.judge_vs_human([5, 4, 3, 1], [5, 3, 5, 1])
+    assert r["twa"] == pytest.approx((1 + 0.75 + 0 + 1) / 4) and r["mae"] == pytest.approx(0.75) and r["n"] == 4
+    assert stats.accuracy([True, True, False, False]) == {"n": 4, "acc": 0.5, "se": 0.25}

@@ -1,0 +1,266 @@
+"""``cbm-icl`` end to end on synthetic robots against a loopback chat endpoint.
+
+The scripted model reads the support turns (image -> true class via a lookup table, label from the
+assistant turn) and answers the query by its true class, except on planned episodes where it
+answers wrong or writes a planned malformed output; the scripted judge scores by condition. So
+every number in the accuracy, parse-error, checker and judge tables is known exactly."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from werkzeug import Response
+
+from cbm.vlm.icl.config import ICLConfig
+from cbm.vlm.icl.datasets import make_dataset
+from cbm.vlm.icl.judge import METRICS
+from cbm.vlm.icl.run import run
+from cbm.vlm.messages import decode_image_part
+
+CONF = Path(__file__).resolve().parents[2] / "cbm" / "conf" / "icl.yaml"
+ROBOT = {"kind": "robot", "class_by": "hand_subtype", "split": "test",
+         "data": {"name": "robot", "image_size": 32, "n_train": 0, "n_calib": 0, "n_test": 90}}  # fmt: skip
+MARK = {"E1": "Reply with the label only", "E2": "explain in a few sentences", "E3": "list the visual features",
+        "E4": "knowledge base of IF-THEN", "E5": "Description-Logic explanation"}  # fmt: skip
+
+
+def prompts() -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(CONF).prompts)
+
+
+def completion(text: str) -> Response:
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}  # fmt: skip
+    return Response(json.dumps(body), content_type="application/json")
+
+
+def image_key(part: dict) -> bytes:
+    return np.asarray(decode_image_part(part).convert("RGB")).tobytes()
+
+
+def model_reply(condition: str, right: str, wrong: str, n: int, k: int) -> str:
+    """The planned output: E1 wrong on 4-way, E3 wrong on 4-way 1-shot; E2 leaves <explanation>
+    unclosed on 3-way; E4 omits <rule_check> on 2-way 5-shot; E5 is correct on 2-way, claims a
+    necessary condition on 3-way, copies the template's placeholders on 4-way."""
+    if condition == "E1":
+        return f"<response>{wrong if n == 4 else right}</response>"
+    if condition == "E2":
+        return f"<response>{right}</response><explanation>the hands" + ("" if n == 3 else "</explanation>")
+    if condition == "E3":
+        return f"<response>{wrong if (n, k) == (4, 1) else right}</response><features>- star hands\n- round head</features>"
+    if condition == "E4":
+        rc = "" if (n, k) == (2, 5) else f"<rule_check>rule 1 fires: {right}</rule_check>"
+        return f"<response>{right}</response><features>- star hands</features><kb>IF star hands THEN {right}</kb>{rc}"
+    if n == 2:
+        tbox, expl = f"A1: Class_{right} ≡ hasVisualFeature(StarHands)\nA2: hasVisualFeature(BallHands) ⊑ Class_{wrong}", "A1 fires."
+    elif n == 3:
+        tbox, expl = f"A1: Class_{right} ⊑ hasVisualFeature(StarHands)", "A1 fires."
+    else:
+        tbox, expl = "A1: [Class] ≡ hasVisualFeature([F1])", "A1 fires."
+    return (f"<response>{right}</response><tbox>{tbox}</tbox><abox>hasVisualFeature(query, StarHands)</abox>"
+            f"<dl_explanation>{expl} Therefore Class_{right}(query)</dl_explanation>")  # fmt: skip
+
+
+JUDGE_SCORE = {"E1": 3, "E2": 4, "E3": 5, "E4": 5, "E5": 2}
+
+
+def scripted(table: dict[bytes, str]):
+    def handler(req):
+        msgs = json.loads(req.data)["messages"]
+        parts = msgs[-1]["content"]
+        text = next(p["text"] for p in parts if p["type"] == "text")
+        if "You are grading" in text:
+            cond = re.search(r"It was asked for: (E\d)", text).group(1)
+            s = {m: JUDGE_SCORE[cond] for m in METRICS}
+            if cond == "E2" and "<explanation>the hands</explanation>" not in text:  # the unclosed ones: a broken judge reply
+                return completion("".join(f"<{m}>{7 if m == 'conciseness' else v}</{m}>" for m, v in s.items()))
+            return completion("".join(f"<{m}>{v}</{m}>" for m, v in s.items()))
+        labels = {}
+        for i, m in enumerate(msgs[:-1]):
+            if m["role"] == "user":
+                img = next(p for p in m["content"] if p["type"] == "image_url")
+                labels[table[image_key(img)]] = re.search(r"<response>(.*?)</response>", msgs[i + 1]["content"]).group(1)
+        right = labels[table[image_key(next(p for p in parts if p["type"] == "image_url"))]]
+        wrong = next(v for v in labels.values() if v != right)
+        n, k = len(labels), sum(m["role"] == "assistant" for m in msgs) // len(labels)
+        cond = next(c for c, mark in MARK.items() if mark in text)
+        return completion(model_reply(cond, right, wrong, n, k))
+
+    return handler
+
+
+def make_cfg(tmp_path: Path, server, **over) -> ICLConfig:
+    client = {"backend": "openai", "model": "scripted", "base_url": server.url_for("/v1"), "cache_dir": str(tmp_path / "replies"),
+              "max_retries": 0, "backoff_s": 0.0, "concurrency": 4}  # fmt: skip
+    settings = dict(output_dir=str(tmp_path / "run"), models={"vlm": client}, judge={**client, "model": "judge"}, datasets={"robot": ROBOT},
+                    prompts=prompts(), cache_dir=str(tmp_path / "cache"), progress=False)  # fmt: skip
+    settings.update(over)
+    return ICLConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> dict[bytes, str]:
+    ds = make_dataset("robot", dict(ROBOT), str(tmp_path_factory.mktemp("cache")))
+    out = {np.asarray(ds.image(i)).tobytes(): ds.class_names[ds.labels[i]] for i in range(len(ds))}
+    assert len(out) == len(ds)  # every image distinct: the lookup is exact
+    return out
+
+
+def test_end_to_end_tables_are_exactly_the_planned_ones(tmp_path, httpserver, table):
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    out = run(make_cfg(tmp_path, httpserver))
+    recs, t = out["records"], out["tables"]
+    assert len(recs) == 5 * 26 and out["result"]["episodes"] == {"robot": 26}
+    eps = json.loads((tmp_path / "run" / "episodes" / "robot.json").read_text())["episodes"]
+    assert len(eps) == 26 and sorted({(e["n_way"], e["k_shot"]) for e in eps}) == [(n, k) for n in (2, 3, 4) for k in (1, 5)]
+    acc = {r["condition"]: r for r in t["accuracy"]}
+    assert {c: (r["answered"], r["accuracy"]) for c, r in acc.items()} == {
+        "E1": (26, 20 / 26), "E2": (26, 1.0), "E3": (26, 23 / 26), "E4": (26, 1.0), "E5": (26, 1.0)}
+    assert acc["E1"]["se"] == pytest.approx(np.sqrt(20 / 26 * 6 / 26 / 26))
+    errs = {r["condition"]: {k: v for k, v in r.items() if k not in ("model", "condition", "replies") and v} for r in t["parse_errors"]}
+    assert errs == {"E1": {}, "E2": {"unclosed": 8}, "E3": {}, "E4": {"missing": 6}, "E5": {}}
+    (ch,) = t["checker"]
+    assert ch["outputs"] == 26 and ch["valid"] == pytest.approx(20 / 26) and ch["placeholders"] == pytest.approx(6 / 26)
+    assert ch["claimed_necessary"] == pytest.approx(8 / 26) and ch["entails_response"] == pytest.approx(12 / 26)
+    assert ch["fired_match"] == pytest.approx(12 / 26) and ch["consistent"] == 1.0
+    judge = {r["condition"]: r for r in t["judge"]}
+    assert all(judge[c][m] == JUDGE_SCORE[c] for c in judge for m in METRICS)  # the broken scores are not counted
+    e2 = [r for r in recs if r["condition"] == "E2"]
+    assert sum(not r["judge"]["complete"] for r in e2) == 8 and all(r["judge"]["errors"] == {"conciseness": "not an integer 1-5: '7'"}
+                                                                    for r in e2 if not r["judge"]["complete"])  # fmt: skip
+    st = out["stats"]["vlm/robot"]
+    assert st["episodes_paired"] == 26
+    assert st["mcnemar"]["E1 vs E2"] == {"a_only": 0, "b_only": 6, "p": pytest.approx(2 * 0.5**6)}
+    assert st["mcnemar"]["E2 vs E4"] == {"a_only": 0, "b_only": 0, "p": 1.0}
+    assert st["cochrans_q"]["df"] == 4 and st["cochrans_q"]["p"] < 0.05
+    run_dir = tmp_path / "run"
+    for f in ("accuracy.md", "accuracy.csv", "parse_errors.csv", "judge.md", "judge.csv", "checker.md", "checker.csv", "stats.md",
+              "stats.json", "results.json"):  # fmt: skip
+        assert (run_dir / f).stat().st_size > 0, f
+    assert (run_dir / "radar.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| vlm | robot | E1 | 26 | 26 | 0.769 |" in (run_dir / "accuracy.md").read_text()
+    # a rerun resumes from the records: not one request
+    sent = len(httpserver.log)
+    for p in list((run_dir / "records").rglob("*.json"))[:10]:
+        p.unlink()  # lost records come back from the reply cache
+    again = run(make_cfg(tmp_path, httpserver))
+    assert len(httpserver.log) == sent and again["tables"] == t
+
+
+def test_judge_options_and_human_agreement(tmp_path, httpserver, table):
+    """Global discriminativeness and reproducibility reruns; judge vs human scores from a CSV."""
+    base = scripted(table)
+
+    def handler(req):
+        text = json.loads(req.data)["messages"][-1]["content"][-1]["text"]
+        if "global discriminativeness" in text:
+            return completion("<global_discriminativeness>3</global_discriminativeness>")
+        return base(req)
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(handler)
+    first = run(make_cfg(tmp_path, httpserver, conditions=["E1", "E3"], episodes={"k_shots": [1]}))
+    trials = [r["trial"] for r in first["records"] if r["condition"] == "E3"][:5]
+    csv_path = tmp_path / "human.csv"
+    csv_path.write_text("trial,conciseness,specificity\n" + "".join(f"{t},{5 if i % 2 else 4},5\n" for i, t in enumerate(trials)))
+    out = run(make_cfg(tmp_path, httpserver, conditions=["E1", "E3"], episodes={"k_shots": [1]}, output_dir=str(tmp_path / "run2"),
+                       judge_options={"global_discriminativeness": True, "reproducibility_repeats": 2},
+                       statistics={"human_scores": str(csv_path), "correction": "bonferroni"}))  # fmt: skip
+    j = {r["condition"]: r for r in out["tables"]["judge"]}
+    assert j["E3"]["global_discriminativeness"] == 3.0 and j["E3"]["reproducibility"] == 1.0  # same features every rerun
+    assert "reproducibility" not in j["E1"]
+    human = {r["metric"]: r for r in out["stats"]["judge_vs_human"]}
+    assert human["conciseness"]["n"] == 5 and human["conciseness"]["twa"] == pytest.approx((2 * 1 + 3 * 0.75) / 5)  # judge gave 5
+    assert human["specificity"]["twa"] == 1.0 and human["specificity"]["mae"] == 0.0
+    assert out["stats"]["vlm/robot"]["spearman_vs_correct"][0]["correction"] == "bonferroni"
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"trial,conciseness\n{trials[0]},five\n")
+    with pytest.raises(ValueError, match="line 2: conciseness='five' is not a number"):
+        run(make_cfg(tmp_path, httpserver, conditions=["E1", "E3"], episodes={"k_shots": [1]}, output_dir=str(tmp_path / "run2"),
+                     statistics={"human_scores": str(bad)}))  # fmt: skip
+
+
+def test_sudoku_classes_are_exact():
+    from cbm.vlm.icl.datasets import SUDOKU_CLASSES, sudoku_boards
+    from synthetic.sudoku.checker import check_board
+
+    boards, labels = sudoku_boards(25, seed=3)
+    assert np.bincount(labels, minlength=4).min() >= 20  # a few row swaps that keep the boxes valid are dropped
+    c = check_board(boards)
+    fails = {i: {tuple(np.flatnonzero(~row) // 9) for row in c[labels == i]} for i in range(4)}
+    assert fails[0] == {()} and fails[1] == {(1, 1)} and fails[2] == {(0, 0)}  # valid; two columns; two rows
+    assert all(set(f) == {2} for f in fails[3])  # boxes only
+    assert SUDOKU_CLASSES[1] == "two columns broken"
+    ds = make_dataset("sudoku", {"kind": "sudoku", "per_class": 8, "cell_size": 14})
+    assert ds.image(0).shape == (9 * 14 + 2, 9 * 14 + 2, 3) or ds.image(0).ndim == 3
+
+
+def test_image_folder_and_offline_torchvision(tmp_path):
+    from PIL import Image
+
+    for c in ("cats", "dogs"):
+        (tmp_path / "folder" / c).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0)).save(tmp_path / "folder" / c / f"{i}.png")
+    ds = make_dataset("f", {"kind": "imagefolder", "root": str(tmp_path / "folder")})
+    assert ds.class_names == ["cats", "dogs"] and list(ds.labels) == [0, 0, 0, 1, 1, 1] and ds.image(4).size == (8, 8)
+    with pytest.raises(ValueError, match="is not a directory"):
+        make_dataset("f", {"kind": "imagefolder", "root": str(tmp_path / "nope")})
+    with pytest.raises(ValueError, match="CIFAR10 at .* is not usable offline"):
+        make_dataset("c", {"kind": "torchvision", "name": "CIFAR10", "root": str(tmp_path / "nothing"), "train": False})
+    with pytest.raises(ValueError, match="unknown kind 'web'"):
+        make_dataset("w", {"kind": "web"})
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"conditions": ["E6"]}, r"conditions: unknown \['E6'\]"),
+        ({"episodes": {"n_ways": [5]}}, "not a multiple of N"),
+        ({"judge_options": {"reproducibility_repeats": 1}}, "0 \\(off\\) or >= 2"),
+        ({"statistics": {"correction": "fdr"}}, "statistics.correction"),
+        ({"models": {}}, "at least one model"),
+        ({"datasets": {"x": {"root": "/"}}}, "datasets.x: needs a kind"),
+    ],
+)
+def test_bad_config_is_one_line(tmp_path, httpserver, over, match):
+    with pytest.raises(ValueError, match=match) as err:
+        make_cfg(tmp_path, httpserver, **over)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_prompt_template_is_one_line(tmp_path, httpserver):
+    p = prompts()
+    p["instructions"]["E2"] = "Explain {reason}"
+    with pytest.raises(ValueError, match=r"prompts.instructions.E2: unknown placeholder\(s\) \['reason'\]"):
+        make_cfg(tmp_path, httpserver, prompts=p)
+    del p["instructions"]["E3"]
+    with pytest.raises(ValueError, match=r"prompts.instructions: no entry for \['E3'\]"):
+        make_cfg(tmp_path, httpserver, prompts=p)
+
+
+def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver, table):
+    import os
+    import subprocess
+    import sys
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    exe = [sys.executable, "-m", "cbm.experiments.icl_cli"]
+    roles = [f"{r}.{k}={v}" for r in ("models.vlm", "judge") for k, v in
+             (("model", "scripted"), ("base_url", httpserver.url_for("/v1")), ("cache_dir", tmp_path / "replies"))]  # fmt: skip
+    data = [f"datasets.robot.data.{k}={v}" for k, v in ROBOT["data"].items() if k != "name"]
+    env = {**os.environ, "CBM_CACHE_DIR": str(tmp_path / "cache")}
+    out = tmp_path / "cli"
+    done = subprocess.run([*exe, *roles, *data, "conditions=[E1,E5]", "episodes.k_shots=[1]", f"hydra.run.dir={out}"],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "E5 checker:" in done.stdout + done.stderr and (out / "radar.png").is_file()
+    assert json.loads((out / "results.json").read_text())["trials"] == 2 * 13
+    bad = subprocess.run([*exe, *roles, "episodes.k_shots=[0]"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == "cbm-icl: error: episodes.k_shots: each K must be >= 1, got [0]"
