@@ -50,8 +50,18 @@ class TrainerConfig:
     #: ``auto``: only when the output is a terminal (else one log line per epoch); or true / false.
     enable_progress_bar: Any = "auto"
     gradient_clip_val: float = 0.0
+    #: Training / validation batches per epoch: a fraction of the split (1.0 = all) or a count
+    #: (smoke runs over datasets too large for a whole epoch).
+    limit_train_batches: Any = 1.0
+    limit_val_batches: Any = 1.0
 
     def __post_init__(self) -> None:
+        for name in ("limit_train_batches", "limit_val_batches"):
+            v = getattr(self, name)
+            fraction = isinstance(v, float) and 0.0 < v <= 1.0
+            count = isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            if not (fraction or count):
+                raise ValueError(f"trainer.{name} must be a fraction in (0, 1] or a batch count >= 1, got {v!r}")
         if self.max_epochs < 1:
             raise ValueError(f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
         if self.accelerator not in ("auto", "cpu", "gpu", "cuda", "mps"):

@@ -103,6 +103,11 @@ class EpochLine(Callback):
                  time.perf_counter() - self.start)  # fmt: skip
 
 
+def _limit(value: float | int) -> float | int | None:
+    """Lightning's batch limit: ``None`` for the whole split (1.0; an int 1 means one batch)."""
+    return None if isinstance(value, float) and value == 1.0 else value
+
+
 def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
     t = cfg.trainer
     monitor, mode = CHECKPOINT_MONITORS[t.checkpoint_monitor]
@@ -130,6 +135,8 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         log_every_n_steps=t.log_every_n_steps,
         enable_progress_bar=bar,
         gradient_clip_val=t.gradient_clip_val or None,
+        limit_train_batches=_limit(t.limit_train_batches),
+        limit_val_batches=_limit(t.limit_val_batches),
         default_root_dir=str(run_dir),
         enable_model_summary=False,
     )

@@ -231,8 +231,8 @@ def move_corrupt(flat: np.ndarray, deficit: np.ndarray, rng: np.random.Generator
 MOVES = (move_line_swap, move_group_permute, move_corrupt)
 
 
-#: Proposals evaluated per step (all walkers together) before a walker gets more than one: a few
-#: thousand rows cost what one row costs in per-call overhead, so the last slow walkers are
+#: Proposals evaluated per step (all walkers together) before a walker gets more than one: a
+#: thousand rows cost little more than one in per-call overhead, so the last slow walkers are
 #: fanned out instead of taking hundreds of nearly empty steps.
 FAN_OUT_ROWS = 1024
 #: Most proposals one walker gets per step.

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chat_stub import completion
 from werkzeug import Response
 
 from cbm.vlm.edct.config import EDCTConfig
@@ -28,13 +29,6 @@ def prompts() -> dict[str, str]:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(OmegaConf.load(CONF).prompts)
-
-
-def completion(text: str) -> Response:
-    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}  # fmt: skip
-    return Response(json.dumps(body), content_type="application/json")
 
 
 def chain_truth(items, editor, concepts, label, key: str) -> tuple[dict[bytes, str], list[list[bool]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from werkzeug import Response
+from chat_stub import completion
 
 from cbm.vlm.icl.config import ICLConfig
 from cbm.vlm.icl.datasets import make_dataset
@@ -32,13 +32,6 @@ def prompts() -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(OmegaConf.load(CONF).prompts)
-
-
-def completion(text: str) -> Response:
-    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}  # fmt: skip
-    return Response(json.dumps(body), content_type="application/json")
 
 
 def image_key(part: dict) -> bytes:
@@ -212,6 +205,18 @@ def test_image_folder_and_offline_torchvision(tmp_path):
     assert ds.class_names == ["cats", "dogs"] and list(ds.labels) == [0, 0, 0, 1, 1, 1] and ds.image(4).size == (8, 8)
     with pytest.raises(ValueError, match="is not a directory"):
         make_dataset("f", {"kind": "imagefolder", "root": str(tmp_path / "nope")})
+    # a torchvision dataset present on disk (MNIST's idx files, written here), read with download=False
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    labels = np.repeat(np.arange(4, dtype=np.uint8), 5)
+    pixels = (np.arange(len(labels))[:, None, None] * 10 + np.zeros((1, 28, 28))).astype(np.uint8)
+    for split in ("train", "t10k"):
+        (raw / f"{split}-images-idx3-ubyte").write_bytes(np.array([2051, len(labels), 28, 28], ">i4").tobytes() + pixels.tobytes())
+        (raw / f"{split}-labels-idx1-ubyte").write_bytes(np.array([2049, len(labels)], ">i4").tobytes() + labels.tobytes())
+    mnist = make_dataset("m", {"kind": "torchvision", "name": "MNIST", "root": str(tmp_path / "mnist"), "train": False})
+    assert list(mnist.labels) == list(labels) and mnist.class_names[0].startswith("0") and np.asarray(mnist.image(7)).max() == 70
+    folder = make_dataset("tf", {"kind": "torchvision", "name": "ImageFolder", "root": str(tmp_path / "folder")})  # no download argument
+    assert folder.class_names == ["cats", "dogs"]
     with pytest.raises(ValueError, match="CIFAR10 at .* is not usable offline"):
         make_dataset("c", {"kind": "torchvision", "name": "CIFAR10", "root": str(tmp_path / "nothing"), "train": False})
     with pytest.raises(ValueError, match="unknown kind 'web'"):

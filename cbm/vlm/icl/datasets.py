@@ -148,9 +148,12 @@ def _torchvision(name: str, spec: dict[str, Any]) -> ICLDataset:
     factory = getattr(tvd, str(cls_name), None)
     if factory is None:
         raise ValueError(f"datasets.{name}.name: torchvision has no dataset '{cls_name}'")
-    kwargs = {k: v for k, v in spec.items() if k not in ("name", "root")}
+    kwargs = {k: v for k, v in spec.items() if k not in ("name", "root", "kind")}
+    import inspect
+
+    offline = {"download": False} if "download" in inspect.signature(factory).parameters else {}
     try:
-        ds = factory(root=str(root), download=False, **kwargs)
+        ds = factory(root=str(root), **offline, **kwargs)
     except (RuntimeError, FileNotFoundError, TypeError) as err:  # not on disk: torchvision says "Dataset not found"
         raise ValueError(f"datasets.{name}: {cls_name} at '{root}' is not usable offline ({str(err).splitlines()[0]})") from None
     targets = getattr(ds, "targets", None)
