@@ -29,7 +29,11 @@ class OpenAIBackend:
 
         self._openai = openai
         self.model = cfg.model
-        key = os.environ.get(cfg.api_key_env) or NO_KEY
+        key = os.environ.get(cfg.api_key_env)
+        if not key and (cfg.base_url is None or str(cfg.base_url).startswith("https://")):  # a hosted service: a key is needed
+            raise ValueError(f"client: the environment variable {cfg.api_key_env} is not set (the API key for "
+                             f"{cfg.base_url or 'api.openai.com'}); set it, or point base_url at a local endpoint")  # fmt: skip
+        key = key or NO_KEY  # local servers (vLLM, llama.cpp) take any key
         self._client = openai.OpenAI(
             api_key=key, base_url=cfg.base_url, default_headers=cfg.headers or None, timeout=cfg.timeout_s,
             max_retries=0, http_client=http_client,

@@ -230,3 +230,14 @@ def test_local_backend_prefix_and_option_scoring(tiny_vlm, tmp_path):
     assert c.score(msgs, "<answer>", ["Glorp", "Drent"]) == scores and c.usage.cache_hits == 0  # scores cached on disk too
     with pytest.raises(ValueError, match="cannot score options"):
         make_client(model="m", base_url="http://127.0.0.1:9/v1", cache_dir=None).score(msgs, "", ["a"])
+
+
+def test_a_hosted_endpoint_without_its_key_is_one_line_before_any_request(monkeypatch):
+    monkeypatch.delenv("CBM_NO_SUCH_KEY", raising=False)
+    for base in (None, "https://openrouter.ai/api/v1"):
+        with pytest.raises(ValueError, match="the environment variable CBM_NO_SUCH_KEY is not set") as err:
+            make_client(model="m", base_url=base, api_key_env="CBM_NO_SUCH_KEY", cache_dir=None)
+        assert "\n" not in str(err.value)
+    assert make_client(model="m", base_url="http://localhost:8000/v1", api_key_env="CBM_NO_SUCH_KEY", cache_dir=None).model == "m"
+    monkeypatch.setenv("CBM_NO_SUCH_KEY", "sk-test")
+    assert make_client(model="m", api_key_env="CBM_NO_SUCH_KEY", cache_dir=None).model == "m"

@@ -179,6 +179,26 @@ def test_judge_options_and_human_agreement(tmp_path, httpserver, table):
                      statistics={"human_scores": str(bad)}))  # fmt: skip
 
 
+def test_tiny_local_vlm_in_context(tmp_path):
+    """The local backend takes the whole multi-turn conversation (support images as user turns,
+    labels as assistant turns); a random tiny VLM's replies are recorded with their parse errors
+    and the judge's missing scores, and the tables are still written."""
+    from cbm.vlm.tiny import build_tiny_vlm
+
+    model = str(build_tiny_vlm(tmp_path / "tiny"))
+    local = {"backend": "local", "model": model, "cache_dir": str(tmp_path / "replies"), "max_tokens": 12}
+    cfg = ICLConfig(output_dir=str(tmp_path / "run"), models={"tiny": local}, judge=local, datasets={"robot": ROBOT}, prompts=prompts(),
+                    cache_dir=str(tmp_path / "cache"), progress=False, conditions=["E1", "E3"],
+                    episodes={"n_ways": [2], "k_shots": [1], "reps_times_n": 6})  # fmt: skip
+    out = run(cfg)
+    assert [r["status"] for r in out["records"]] == ["answered"] * 6
+    errs = {r["condition"]: r for r in out["tables"]["parse_errors"]}
+    n_issues = {c: sum(len(r["parsed"]["issues"]) for r in out["records"] if r["condition"] == c) for c in ("E1", "E3")}
+    assert {c: sum(v for k, v in errs[c].items() if k not in ("model", "condition", "replies")) for c in errs} == n_issues
+    assert all(r["judge"]["complete"] or r["judge"]["errors"] for r in out["records"])
+    assert out["result"]["usage"]["tiny"]["requests"] == 6 and (tmp_path / "run" / "radar.png").is_file()
+
+
 def test_sudoku_classes_are_exact():
     from cbm.vlm.icl.datasets import SUDOKU_CLASSES, sudoku_boards
     from synthetic.sudoku.checker import check_board

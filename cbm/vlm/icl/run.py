@@ -388,7 +388,10 @@ def radar_chart(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xticklabels([k.replace("_", "\n") for k in METRICS], fontsize=7)
         ax.set_ylim(0, 5)
         ax.set_title(m)
-        ax.legend(loc="lower right", fontsize=7, bbox_to_anchor=(1.25, -0.1))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=7, bbox_to_anchor=(1.25, -0.1))
+        else:
+            ax.set_title(f"{m} (no judged scores)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
