@@ -14,20 +14,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from loopback import chat_reply
 from omegaconf import OmegaConf
 from pytest_httpserver import HTTPServer
-from werkzeug import Response
 
 from cbm.experiments.common import CONF_DIR
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.run import run
 
 
-def reply(text: str) -> Response:
-    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 300, "completion_tokens": 40, "total_tokens": 340}}  # fmt: skip
-    return Response(json.dumps(body), content_type="application/json")
+def reply(text: str):
+    return chat_reply(text, 300, 40)
 
 
 def handler(req):

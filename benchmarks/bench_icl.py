@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from loopback import chat_reply
 from omegaconf import OmegaConf
 from pytest_httpserver import HTTPServer
-from werkzeug import Response
 
 from cbm.experiments.common import CONF_DIR
 from cbm.vlm.icl.config import ICLConfig
@@ -26,11 +26,8 @@ from cbm.vlm.icl.judge import METRICS
 from cbm.vlm.icl.run import run
 
 
-def reply(text: str) -> Response:
-    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 2000, "completion_tokens": 80, "total_tokens": 2080}}  # fmt: skip
-    return Response(json.dumps(body), content_type="application/json")
+def reply(text: str):
+    return chat_reply(text, 2000, 80)
 
 
 def handler(req):
