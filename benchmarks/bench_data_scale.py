@@ -49,7 +49,7 @@ CONFIGS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dataset", choices=sorted(CONFIGS))
+    ap.add_argument("dataset", nargs="?", default="robot", choices=sorted(CONFIGS))
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--storage", default="disk", choices=("disk", "memory", "render"))
     ap.add_argument("--read", action="store_true", help="also read one shuffled training epoch (batch 256) through the DataModule")

@@ -46,12 +46,12 @@ def epoch_time(dm: SyntheticDataModule, epoch: int, batches: int, step_s: float)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", choices=sorted(CONFIGS), default="sudoku")
-    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--dataset", choices=sorted(CONFIGS), default="robot")
+    ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--storage", choices=("disk", "render"), default="disk")
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--batches", type=int, default=40)
-    ap.add_argument("--step-ms", type=float, default=100.0, help="simulated training step per batch (CPU left free)")
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--step-ms", type=float, default=5.0, help="simulated training step per batch (CPU left free)")
     ap.add_argument("--prefetch", default="0,1,2,4")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as cache:
