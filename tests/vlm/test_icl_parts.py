@@ -135,6 +135,11 @@ def test_checker_reads_exists_ascii_and_subclass_forms():
     eq = dl.check("(∃hasVisualFeature.A ⊓ ∃hasVisualFeature.B) ≡ Class_2", "hasVisualFeature(x, A)\nhasVisualFeature(x, B)",
                   "∃hasVisualFeature.A ⊓ ∃hasVisualFeature.B ≡ Class_2 fires, hence x : Class_2", "2", OPTS)  # fmt: skip
     assert eq.fired_match and eq.entails_response and eq.claimed_class == "Class_2"
+    # feature names that look like ids (F1) are not claims of an undefined axiom; an undefined A7 is
+    f1 = dl.check("A1: Class_1 ≡ hasVisualFeature(F1)", "hasVisualFeature(q, F1)", "A1: Class_1 ≡ hasVisualFeature(F1) fires. Class_1(q)", "1", OPTS)
+    assert f1.fired_match and f1.entails_response
+    a7 = dl.check("A1: Class_1 ≡ hasVisualFeature(F1)", "hasVisualFeature(q, F1)", "A1 and A7 fire. Class_1(q)", "1", OPTS)
+    assert not a7.fired_match and any("A7" in p for p in a7.problems)
 
 
 @pytest.mark.parametrize("abox", ["hasVisualFeature(query, StarHands)\nhasVisualFeature(query, PointyFeet)",

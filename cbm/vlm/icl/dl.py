@@ -209,6 +209,7 @@ class Check:
         return dict(self.__dict__)
 
 
+_ATOMS_IN_TEXT = re.compile(r"hasVisualFeature\s*\([^)]*\)|(?:∃|\bexists\b|\bsome\b)\s*hasVisualFeature\s*\.\s*[\w-]+", re.IGNORECASE)
 _CLAIM_SPLIT = re.compile(r",|\.\s|\b(?:fires?|fired|applies|hence|therefore|thus|so|because|since)\b", re.IGNORECASE)
 
 
@@ -217,6 +218,7 @@ def _claimed(expl: str, axioms: list[Axiom]) -> tuple[list[int], str | None, lis
     concludes (its last ``C(individual)`` / ``individual : C``), and ids it names that no axiom has."""
     keys = {a.key(): i for i, a in enumerate(axioms)}
     labels = {a.label.lower(): i for i, a in enumerate(axioms) if a.label}
+    prefixes = {re.match(r"[a-z]*", a.label.lower()).group(0) for a in axioms if a.label} | {"a", "r", "ax"}
     found: list[int] = []
     unresolved: list[str] = []
     concl = None
@@ -226,10 +228,11 @@ def _claimed(expl: str, axioms: list[Axiom]) -> tuple[list[int], str | None, lis
             if ax is not None and ax.key() in keys:
                 found.append(keys[ax.key()])
                 break
-        for tok in re.findall(r"\b([A-Za-z]{1,3}\d+)\b", ln):
+        bare = _ATOMS_IN_TEXT.sub(" ", ln)  # feature names (F1, P2) are not axiom ids
+        for tok in re.findall(r"\b([A-Za-z]{1,3}\d+)\b", bare):
             if tok.lower() in labels:
                 found.append(labels[tok.lower()])
-            else:
+            elif re.match(r"[a-z]+", tok.lower()).group(0) in prefixes:
                 unresolved.append(tok)
         for m in re.finditer(r"([A-Za-z_][\w-]*)\s*\(\s*([\w-]+)\s*\)", ln):
             if m.group(1).lower() != "hasvisualfeature":
