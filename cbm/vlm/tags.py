@@ -42,8 +42,26 @@ class TagResult:
         return self.error is None
 
 
-def _opening(tag: str) -> re.Pattern[str]:
-    return re.compile(rf"<\s*{re.escape(tag)}(\s[^>]*)?>", re.IGNORECASE)
+_OPEN = re.compile(r"<\s*([A-Za-z_][\w-]*)(?:\s[^<>]*)?>")
+_CLOSE = re.compile(r"<\s*/\s*([A-Za-z_][\w-]*)\s*>")
+
+
+def tag_blocks(text: str, tag: str) -> tuple[list[str], int, int]:
+    """The stripped bodies of every closed ``<tag>...</tag>`` (attributes allowed, case-insensitive),
+    and the counts of opening tags never closed and of closing tags never opened."""
+    tag = tag.lower()
+    opens = [m for m in _OPEN.finditer(text) if m.group(1).lower() == tag]
+    closes = [m for m in _CLOSE.finditer(text) if m.group(1).lower() == tag]
+    bodies, used, unclosed = [], 0, 0
+    for o in opens:
+        while used < len(closes) and closes[used].start() < o.end():
+            used += 1  # a closing tag before this opening one matches nothing
+        if used == len(closes):
+            unclosed += 1
+            continue
+        bodies.append(text[o.end() : closes[used].start()].strip())
+        used += 1
+    return bodies, unclosed, len(closes) - len(bodies)
 
 
 def parse_tag(reply: str | None, tag: str) -> TagResult:
@@ -53,10 +71,9 @@ def parse_tag(reply: str | None, tag: str) -> TagResult:
     ``conflicting`` error (a model that answers twice has not answered).
     """
     text = reply or ""
-    closed = re.compile(rf"<\s*{re.escape(tag)}(?:\s[^>]*)?>(.*?)<\s*/\s*{re.escape(tag)}\s*>", re.IGNORECASE | re.DOTALL)
-    values = [v.strip() for v in closed.findall(text)]
+    values, unclosed, _ = tag_blocks(text, tag)
     if not values:
-        if _opening(tag).search(text):
+        if unclosed:
             return TagResult(None, ParseError("unclosed", f"<{tag}> is never closed"), text)
         return TagResult(None, ParseError("missing", f"no <{tag}> tag in the reply"), text)
     distinct = list(dict.fromkeys(values))

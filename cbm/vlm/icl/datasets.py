@@ -93,16 +93,22 @@ def sudoku_boards(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     j = np.where(i == j, (i + 1) % 3, j)
     line = 3 * band + rng.integers(3, size=n)  # the row (or column) whose two cells are swapped
     box = 3 * rng.integers(3, size=n)  # inside which stack (or band)
-    for b in np.flatnonzero(labels == 1):  # two cells of one row, same box: their two columns break
-        r, c1, c2 = line[b], box[b] + i[b], box[b] + j[b]
-        boards[b, r, [c1, c2]] = boards[b, r, [c2, c1]]
-    for b in np.flatnonzero(labels == 2):  # two cells of one column, same box: their two rows break
-        c, r1, r2 = line[b], box[b] + i[b], box[b] + j[b]
-        boards[b, [r1, r2], c] = boards[b, [r2, r1], c]
-    for b in np.flatnonzero(labels == 3):  # two rows from different bands: only boxes break
-        r1 = 3 * band[b] + i[b]
-        r2 = 3 * ((band[b] + 1 + rng.integers(2)) % 3) + j[b]
-        boards[b, [r1, r2]] = boards[b, [r2, r1]]
+    ar = np.arange(n)
+    flat = boards.reshape(n, 81)
+    a, b = box + i, box + j  # two positions inside one box-row / box-column
+    # class 1: two cells of one row, same box (their two columns break); class 2: of one column (two rows break)
+    swap = ar[(labels == 1) | (labels == 2)]
+    in_row = (labels == 1)[swap]
+    c1 = np.where(in_row, line[swap] * 9 + a[swap], a[swap] * 9 + line[swap])
+    c2 = np.where(in_row, line[swap] * 9 + b[swap], b[swap] * 9 + line[swap])
+    flat[swap, c1], flat[swap, c2] = flat[swap, c2], flat[swap, c1].copy()
+    # class 3: two whole rows from different bands (only boxes break)
+    r1 = 3 * band + i
+    r2 = 3 * ((band + 1 + rng.integers(2, size=n)) % 3) + j
+    three = ar[labels == 3]
+    top = boards[three, r1[three]].copy()
+    boards[three, r1[three]] = boards[three, r2[three]]
+    boards[three, r2[three]] = top
     c = check_board(boards)
     rows_ok, cols_ok, boxes_ok = c[:, :9].all(1), c[:, 9:18].all(1), c[:, 18:].all(1)
     truth = np.select([c.all(1), rows_ok & boxes_ok, cols_ok & boxes_ok, rows_ok & cols_ok], [0, 1, 2, 3], -1)

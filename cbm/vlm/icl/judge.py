@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.icl.parse import _blocks
+from cbm.vlm.tags import tag_blocks
 
 #: The nine metrics, in table order.
 METRICS: tuple[str, ...] = (
@@ -52,7 +52,7 @@ def parse_scores(reply: str | None, metrics: Sequence[str] = METRICS) -> JudgeSc
     out = JudgeScores()
     text = reply or ""
     for m in metrics:
-        bodies, unclosed, orphans = _blocks(text, m)
+        bodies, unclosed, orphans = tag_blocks(text, m)
         if unclosed or orphans:
             out.errors[m] = "unclosed" if unclosed else "orphan"
         elif not bodies:

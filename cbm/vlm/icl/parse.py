@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from cbm.vlm.tags import tag_blocks
+
 ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags")
 #: The tags each condition asks for.
 CONDITION_TAGS: dict[str, tuple[str, ...]] = {
@@ -30,10 +32,6 @@ CONDITION_TAGS: dict[str, tuple[str, ...]] = {
     "E5": ("response", "tbox", "abox", "dl_explanation"),
 }
 KNOWN_TAGS: tuple[str, ...] = tuple(dict.fromkeys(t for tags in CONDITION_TAGS.values() for t in tags))
-
-_OPEN = re.compile(r"<\s*([A-Za-z_][\w-]*)(?:\s[^<>]*)?>")
-_CLOSE = re.compile(r"<\s*/\s*([A-Za-z_][\w-]*)\s*>")
-
 
 @dataclass(frozen=True)
 class Issue:
@@ -66,21 +64,6 @@ class Parsed:
                 "issues": [{"kind": i.kind, "tag": i.tag, "detail": i.detail} for i in self.issues]}  # fmt: skip
 
 
-def _blocks(text: str, tag: str) -> tuple[list[str], int, int]:
-    """Closed ``<tag>...</tag>`` bodies, and the counts of opening / closing tags left unmatched."""
-    opens = [m for m in _OPEN.finditer(text) if m.group(1).lower() == tag]
-    closes = [m for m in _CLOSE.finditer(text) if m.group(1).lower() == tag]
-    bodies, used_close, unmatched_open = [], set(), 0
-    for o in opens:
-        nxt = next((c for c in closes if c.start() >= o.end() and id(c) not in used_close), None)
-        if nxt is None:
-            unmatched_open += 1
-            continue
-        used_close.add(id(nxt))
-        bodies.append(text[o.end() : nxt.start()].strip())
-    return bodies, unmatched_open, len(closes) - len(used_close)
-
-
 def normalise_label(value: str) -> str:
     """``" Class 2. "`` -> ``"2"``; ``"**Star hands**"`` -> ``"star hands"`` (case, markup, a
     ``class``/``label`` prefix and trailing punctuation ignored)."""
@@ -97,7 +80,7 @@ def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Pa
     want = CONDITION_TAGS[condition]
     out = Parsed(condition)
     for tag in KNOWN_TAGS:
-        bodies, unclosed, orphans = _blocks(text, tag)
+        bodies, unclosed, orphans = tag_blocks(text, tag)
         if unclosed:
             out.issues.append(Issue("unclosed", tag, f"<{tag}> opened {unclosed}x without </{tag}>"))
         if orphans:

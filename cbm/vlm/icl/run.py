@@ -10,7 +10,6 @@ resumes where it stopped (and the client's reply cache makes even a lost record 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -28,7 +27,8 @@ from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibil
 from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
-from synthetic.atomic import write_json_atomic, write_text_atomic
+from synthetic.atomic import savefig_atomic, write_csv_atomic, write_json_atomic, write_text_atomic
+from synthetic.tables import markdown_table
 
 Messages = list[dict[str, Any]]
 
@@ -223,25 +223,13 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(k for r in rows for k in r))
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=_columns(rows), restval="")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
 def _md(rows: list[dict[str, Any]]) -> str:
+    """Markdown of ``rows`` (floats to 3 decimals: judge means are 1-5, shares 0-1)."""
     if not rows:
         return "(no rows)\n"
-    head = _columns(rows)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r.get(k, math.nan) for k in head]
-        lines.append("| " + " | ".join(_fmt(v) if isinstance(v, float) else str(v) for v in cells) + " |")
-    return "\n".join(lines) + "\n"
+    cols = _columns(rows)
+    shown = [{c: _fmt(r.get(c, math.nan)) if isinstance(r.get(c, math.nan), float) else r[c] for c in cols} for r in rows]
+    return markdown_table(shown, cols) + "\n"
 
 
 def _groups(records: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
@@ -393,11 +381,8 @@ def radar_chart(rows: list[dict[str, Any]], path: Path) -> None:
         else:
             ax.set_title(f"{m} (no judged scores)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    savefig_atomic(fig, path, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
@@ -410,7 +395,7 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
     if cfg.statistics.human_scores:
         st["judge_vs_human"] = human_agreement(cfg.statistics.human_scores, records)
     for name, rows in tables.items():
-        write_text_atomic(out / f"{name}.csv", _csv(rows))
+        write_csv_atomic(out / f"{name}.csv", rows, _columns(rows))
         if name != "parse_errors":
             write_text_atomic(out / f"{name}.md", _md(rows))
     write_json_atomic(out / "stats.json", st)
