@@ -237,8 +237,9 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         head_ids = {id(p) for p in head.parameters()} if isinstance(head, nn.Module) else set()
         body = [p for p in self.parameters() if p.requires_grad and id(p) not in head_ids]
         params = [{"params": body}]
-        if head_ids:
-            params.append({"params": [p for p in head.parameters() if p.requires_grad], "lr": o.head_lr or o.lr})
+        head_params = [p for p in head.parameters() if p.requires_grad] if head_ids else []
+        if head_params:  # a head solved before training (independent CBM, head.solver=lbfgs) is frozen
+            params.append({"params": head_params, "lr": o.head_lr or o.lr})
         if o.name == "sgd":
             opt = torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay, momentum=0.9)
         else:

@@ -12,12 +12,17 @@ Training schemes (``model.training``):
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor, nn
 
 from cbm.models.base import Batch, ConceptModel, build_head
+from cbm.models.head_fit import fit_head
 from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
+
+log = logging.getLogger("cbm")
 
 
 def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
@@ -86,6 +91,24 @@ class CBM(ConceptModel):
             return True
         switch = max(1, round(self.cfg.sequential_concept_fraction * trainer.max_epochs))
         return self.current_epoch >= switch
+
+    def setup(self, stage: str) -> None:
+        """Independent training with ``head.solver=lbfgs``: solve the head on the annotated training
+        concepts now, then freeze it (it is out of the optimiser; every checkpoint carries it)."""
+        if stage != "fit" or self.cfg.training != "independent" or self.cfg.head.solver != "lbfgs":
+            return
+        split = getattr(getattr(self._trainer, "datamodule", None), "split", None)
+        if split is None:
+            log.warning("head.solver=lbfgs needs the training split of a SyntheticDataModule: training the head by gradient")
+            return
+        train = split("train").tensors
+        h = self.cfg.head
+        fit = fit_head(self.head, train["c"] * self.concept_keep.to(train["c"].device), train["y"], h.l2, h.max_iter, h.tol)
+        self.head.requires_grad_(False)
+        self.head_fit = fit
+        msg = (f"label predictor fit by L-BFGS: {fit.iterations} iterations on {fit.rows} rows ({fit.distinct} distinct), "
+               f"objective {fit.loss:.6f}, max |gradient| {fit.grad_max:.1e}, training accuracy {100 * fit.train_acc:.2f}%")  # fmt: skip
+        (log.info if fit.converged else log.warning)(msg + ("" if fit.converged else f" (not converged to head.tol={h.tol})"))
 
     def on_train_epoch_start(self) -> None:
         if self.cfg.training == "sequential" and self._in_head_phase():

@@ -34,6 +34,9 @@ class BackboneConfig:
             raise ValueError(f"backbone.dropout must be in [0, 1), got {self.dropout}")
 
 
+HEAD_SOLVERS = ("lbfgs", "gradient")
+
+
 @dataclass
 class HeadConfig:
     """Label predictor over concepts: ``linear`` or ``mlp``."""
@@ -41,12 +44,26 @@ class HeadConfig:
     kind: str = "linear"
     hidden: int = 64
     layers: int = 2
+    #: How an independent CBM fits its head on the annotated training concepts: ``lbfgs`` solves
+    #: it before the encoder trains (full batch, float64, to ``tol``; the same head on every
+    #: machine, see cbm/models/head_fit.py), ``gradient`` trains it with the encoder's optimiser.
+    #: Other training schemes always use the optimiser (their head reads predicted concepts).
+    solver: str = "lbfgs"
+    #: L2 penalty on the head's weights in the L-BFGS objective (makes the minimiser unique).
+    l2: float = 1e-4
+    #: L-BFGS iteration bound and stopping tolerance (max |gradient| of the objective).
+    max_iter: int = 1000
+    tol: float = 1e-7
 
     def __post_init__(self) -> None:
         if self.kind not in ("linear", "mlp"):
             raise ValueError(f"head.kind must be 'linear' or 'mlp', got '{self.kind}'")
         if self.hidden <= 0 or self.layers < 1:
             raise ValueError("head.hidden must be > 0 and head.layers >= 1")
+        if self.solver not in HEAD_SOLVERS:
+            raise ValueError(f"head.solver must be one of {HEAD_SOLVERS}, got '{self.solver}'")
+        if self.l2 < 0 or self.max_iter < 1 or not self.tol > 0:
+            raise ValueError(f"head.l2 must be >= 0, head.max_iter >= 1 and head.tol > 0, got {self.l2}, {self.max_iter}, {self.tol}")
 
 
 @dataclass

@@ -125,25 +125,37 @@ def test_a_black_box_pairs_with_any_concept_set_of_its_data(workdir):
 
 
 @pytest.mark.slow
-def test_oracle_with_all_true_robot_concepts_is_nearly_perfect(tmp_path):
+def test_oracle_with_all_true_robot_concepts_is_the_bayes_rule(tmp_path):
     """Acceptance: a CBM trained on the true robot concepts, with every concept set to its true
-    value by the oracle, is right on >= 99% of the test set (the label is ~deterministic given
-    the true concepts: Pr(Glorp) = sigmoid(4.2 * (...)) is within 2.2e-4 of 0 or 1)."""
+    value by the oracle, predicts exactly the Bayes rule ``5*[mouth closed] + 8*[foot pointy] -
+    5*[knees] + 2 > 0`` (Pr(Glorp) is within 2.2e-4 of 0 or 1), so its accuracy is the Bayes
+    rule's accuracy on the test set, to the example (>= 99.9% here: a margin of 0.9 points over the
+    99% the issue asks). The independent head is solved by L-BFGS, not trained for a few epochs:
+    with ``head.solver=gradient`` at this learning rate one machine reached only 97.6%."""
     from cbm.experiments import train
+    from synthetic.registry import data_config, load_data
 
     overrides = [
         "data.modality=tabular", "data.n_train=2000", "data.n_calib=0", "data.n_test=1000",
         "trainer=cpu_smoke", "trainer.max_epochs=8", "logger=csv_only", "model.optim.lr=0.05", "batch_size=64",
         "interventions.ks=[]", f"output_dir={tmp_path / 'run'}", f"cache_dir={tmp_path / 'cache'}",
-    ]
+    ]  # fmt: skip
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        train.run(compose("train", overrides=overrides))
+        cfg = compose("train", overrides=overrides)
+        train.run(cfg)
     grid = intervene.run(
         {"checkpoint": str(tmp_path / "run" / "checkpoints" / "last.ckpt"), "output_dir": str(tmp_path / "iv"),
          "cache_dir": str(tmp_path / "cache"), "intervener": {"oracle": {}}, "policy": {"random": {}, "uncertainty": {}}, "ks": ["max"]}
-    )
+    )  # fmt: skip
+    ds = load_data(data_config(dict(cfg.data)), str(tmp_path / "cache"))
+    test = ds.indices("test")
+    names = list(ds.true_concept_names)
+    c = ds.c_true[test]
+    score = 5 * c[:, names.index("mouth_closed")] + 8 * c[:, names.index("foot_pointy")] - 5 * c[:, names.index("knees")] + 2
+    bayes = float(((score > 0).astype(int) == ds.y[test]).mean())
+    assert bayes >= 0.999
     for r in grid.rows:
-        assert r["accuracy"] >= 0.99, r
+        assert r["accuracy"] == pytest.approx(bayes, abs=1e-6), r
 
 
 @pytest.mark.slow

@@ -1,0 +1,102 @@
+"""The bad-input corpus harness: run a real entry point in a subprocess and check its refusal.
+
+A refusal is exactly one line on stderr, ``<prog>: error: ...``, naming the field or file and
+the problem; exit code 2; no traceback; and no new file or directory (the working directory and
+the fixture directory are compared before and after). The corpus is split by command into
+``test_bad_inputs*.py``; each module's ``CASES`` list is counted by ``test_the_corpus_is_large``.
+
+A case is ``(prog, args, message, marks)``: ``FX`` in an argument or message is replaced by the
+shared fixture directory (``fx``: trained runs, hostile checkpoints and files).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import torch
+
+SLOW = pytest.mark.slow
+#: Tiny tabular robots, shared by the fixture runs (every data read hits the cache).
+DATA = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=100"]
+Case = tuple[str, list[str], str, tuple]
+
+
+class Payload:
+    """Unpickling this would create the marker file: a checkpoint must never be unpickled."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def build_fixtures(root: Path) -> Path:
+    """Trained runs, hostile checkpoints, broken metrics and concept sets under ``root``."""
+    cache = root / "cache"
+    exe = Path(sys.executable).parent
+    for name, model in (("run", "cbm"), ("bb", "blackbox")):
+        res = subprocess.run(
+            [str(exe / "cbm-train"), *DATA, f"model={model}", "trainer.max_epochs=1", "logger=csv_only",
+             f"hydra.run.dir={root / name}", f"cache_dir={cache}"],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+    f = root / "files"
+    f.mkdir()
+    torch.save({"state_dict": {}, "hyper_parameters": Payload(f / "PWNED")}, f / "evil.ckpt")
+    (f / "random.ckpt").write_bytes(os.urandom(4096))
+    (f / "truncated.ckpt").write_bytes((root / "run" / "checkpoints" / "best.ckpt").read_bytes()[:3000])
+    torch.save({"weights": torch.zeros(3)}, f / "other.ckpt")
+    torch.save([1, 2, 3], f / "list.ckpt")
+    (f / "empty_dir").mkdir()
+    (f / "a_file").write_text("not a directory\n")
+    (f / "malformed.yaml").write_text("concepts: [a, b\n  - : :\n")
+    (f / "list.yaml").write_text("- a\n- b\n")
+    (f / "noexpr.yaml").write_text("concepts:\n  - name: x\n")
+    (f / "badexpr.yaml").write_text("concepts:\n  - name: x\n    expr: __import__('os')\n")
+    (f / "list_metrics").mkdir()
+    (f / "list_metrics" / "metrics.json").write_text("[1, 2]")
+    (f / "max_metrics").mkdir()
+    (f / "max_metrics" / "metrics.json").write_text(json.dumps({"model": "cbm", "dataset": "robot", "oracle_random": {"max": 1.0}}))
+    (f / "bb_list.json").write_text("[1, 2]")
+    return root
+
+
+def run_cli(fx: Path, prog: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``prog args`` in ``cwd`` (``FX`` in an argument -> the fixture directory)."""
+    exe = Path(sys.executable).parent / prog
+    args = [a.replace("FX", str(fx)) for a in args]
+    full = {**os.environ, "CBM_CACHE_DIR": str(fx / "cache"), "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=full)
+
+
+def tree(*roots: Path) -> set[str]:
+    """Every path under ``roots`` but the shared data caches."""
+    return {str(p) for r in roots for p in r.rglob("*") if "cache" not in p.parts}
+
+
+def assert_refused(fx: Path, tmp_path: Path, prog: str, args: list[str], message: str,
+                   env: dict[str, str] | None = None) -> str:  # fmt: skip
+    """Run the case and check the refusal contract; the error line."""
+    before = tree(tmp_path, fx)
+    res = run_cli(fx, prog, args, tmp_path, env)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2, (res.returncode, res.stderr[-3000:])
+    assert len(err) == 1, res.stderr[-3000:]
+    assert err[0].startswith(f"{prog}: error: ") and "Traceback" not in res.stderr
+    assert message.replace("FX", str(fx)) in err[0], err[0]
+    assert tree(tmp_path, fx) == before, sorted(tree(tmp_path, fx) ^ before)
+    assert not (fx / "files" / "PWNED").exists()  # a pickled payload never ran
+    return err[0]
+
+
+def params(cases: Iterable[Case]) -> list:
+    """``pytest.param`` per case, with its marks and a readable id."""
+    return [pytest.param(p, a, m, marks=marks, id=f"{p}:{' '.join(a)[:60]}") for p, a, m, marks in cases]
