@@ -46,7 +46,10 @@ gpu-check:
 qlora-check:
 	bash benchmarks/qlora_gpu_check.sh
 
-## Wheels a GPU machine without a package index needs (hydra-core, omegaconf, antlr4, bitsandbytes): carry .whl/ there.
+## Wheels a GPU machine without a package index needs (benchmarks/deps_check.py WHEELS: hydra-core, omegaconf,
+## antlr4, highspy, bitsandbytes; ~47 MB): carry .whl/ there. The GPU checks list what is missing in their first second.
 gpu-wheels: setup
 	$(PY) -m pip wheel -q --no-deps -w .whl hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3
-	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 -d .whl bitsandbytes==0.50.2
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_24_x86_64 --platform manylinux_2_28_x86_64 -d .whl \
+	  highspy==$$($(PY) -c "import importlib.metadata as m; print(m.version('highspy'))") bitsandbytes==0.50.2
+	$(PY) benchmarks/deps_check.py --wheels .whl

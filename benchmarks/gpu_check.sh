@@ -9,9 +9,10 @@
 #   4. the default robot CBM run alone (10 epochs, test, oracle table): its training+evaluation time.
 # It prints one table per dataset and exits non-zero if any check fails.
 #
-# Environment: a Python with torch (CUDA), lightning, torchmetrics, scipy, matplotlib, pytest. When
-# hydra-core / omegaconf are missing (the project's GPU machine has no package index), the wheels in
-# .whl/ are installed into .gpu_deps/ first: build them on a connected machine with `make gpu-wheels`.
+# Environment: a Python with torch (CUDA), lightning, torchmetrics, scipy, matplotlib, pytest. The
+# first second lists any missing runtime dependency (benchmarks/deps_check.py gpu); missing ones
+# are installed from .whl/ into .gpu_deps/ (the project's GPU machine has no package index):
+# build them on a connected machine with `make gpu-wheels` and carry .whl/.
 # PY=... picks the interpreter (default: .venv/bin/python when it sees a GPU, else python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,14 +28,8 @@ if [ -z "$PY" ]; then
   fi
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$PY" -c "import hydra, omegaconf" 2>/dev/null; then
-  if ! ls .whl/*.whl >/dev/null 2>&1; then
-    echo "gpu_check: hydra-core/omegaconf are not importable and .whl/ has no wheels (run 'make gpu-wheels' and carry .whl)" >&2
-    exit 2
-  fi
-  "$PY" -m pip install -q --no-deps --target .gpu_deps .whl/*.whl || exit 2
-  export PYTHONPATH="$ROOT/.gpu_deps:$PYTHONPATH"
-fi
+# First, in well under a second: is every runtime dependency there? (benchmarks/deps_check.py)
+source benchmarks/gpu_deps.sh gpu || exit 2
 export WANDB_MODE=disabled
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check: torch sees no CUDA device')" || exit 2
 

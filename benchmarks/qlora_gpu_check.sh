@@ -4,19 +4,16 @@
 #   2. cbm-finetune finetune=qlora end to end on the robot counterfactual set (4-bit NF4, bf16 compute):
 #      evaluation before, training, evaluation after, table, heatmaps, adapter;
 #   3. benchmarks/qlora_gpu.py: step time, tokens/s and peak memory for the tiny and a ~1B model.
-# Environment: the GPU machine's Python (torch, transformers, peft); hydra-core / omegaconf /
-# bitsandbytes wheels are taken from .whl/ when missing (`make gpu-wheels` builds them).
+# Environment: the GPU machine's Python (torch, transformers, peft). The first second lists any
+# missing runtime dependency (benchmarks/deps_check.py qlora); missing ones are installed from .whl/
+# (`make gpu-wheels` builds hydra-core, omegaconf, antlr4, highspy and bitsandbytes there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-sweeps/qlora_check}
 PY=${PY:-python3}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$PY" -c "import hydra, omegaconf, bitsandbytes" 2>/dev/null; then
-  ls .whl/*.whl >/dev/null 2>&1 || { echo "qlora_gpu_check: missing hydra/omegaconf/bitsandbytes and no .whl/ (make gpu-wheels)" >&2; exit 2; }
-  "$PY" -m pip install -q --no-deps --target .gpu_deps .whl/*.whl || exit 2
-  export PYTHONPATH="$ROOT/.gpu_deps:$PYTHONPATH"
-fi
+source benchmarks/gpu_deps.sh qlora || exit 2
 export WANDB_MODE=disabled
 "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'qlora_gpu_check: torch sees no CUDA device')" || exit 2
 status=0
