@@ -15,9 +15,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from cbm.config.names import CALIBRATION_METHODS
+from cbm.config.safe_paths import check_component
 from cbm.config.validate import ConfigError, check_budgets, to_dataclass
 
-#: Setting and model names become directory names.
+#: Setting and model names become directory names (and :func:`check_component` holds for them).
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -98,10 +99,12 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("no experiment chosen: cbm-experiment +experiment=<name> (see conf/experiment/)")
+        check_component(self.name, "name")  # the default output_dir is experiments/<name>
         for where, names in (("settings", self.settings), ("models", self.models)):
             if not names:
                 raise ValueError(f"{where}: the experiment needs at least one entry")
             for n in names:
+                check_component(n, where)
                 if not NAME.match(str(n)):
                     raise ValueError(f"{where}: '{n}' is not usable as a directory name (letters, digits, _ . -)")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):

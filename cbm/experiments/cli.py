@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cbm.config import ConfigError
+from cbm.config.safe_paths import check_hydra_names
 from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, fail, one_line
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -147,6 +148,7 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
                 raise ConfigError(explain(err, combo, config_name)) from None
             check_creatable(str(cfg.hydra.run.dir), "hydra.run.dir")
             check_creatable(str(cfg.hydra.sweep.dir), "hydra.sweep.dir")
+            check_hydra_names(cfg)  # hydra.job.name, output_subdir, sweep.subdir stay in the run directory
             job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
             try:
                 validate(job)

@@ -17,6 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from cbm.config.safe_paths import slugs
 from cbm.experiments.common import fail, markdown_table, one_line, say, write_json_atomic, write_text_atomic
 from cbm.experiments.tables import (
     automation_rows,
@@ -145,9 +146,10 @@ def write_experiment_report(root: str | Path) -> str:
         parts.append(render("Cells not finished", unfinished, ["cell", "status", "why"]))
     parts.append(render("Where the time went", *time_table(root, manifest)))
     settings = list(dict.fromkeys(c["setting"] for c in cells))
+    safe = slugs(settings, f"{root / 'experiment.json'}: setting")  # read back: only safe file names
     figs = ensure_dir(root / "figures")
-    drawn = [figures.accuracy_vs_k(inter, s, figs / f"accuracy_vs_k_{s}.png") for s in settings]
-    drawn += [figures.automation_figure(auto, s, figs / f"automation_{s}.png") for s in settings]
+    drawn = [figures.accuracy_vs_k(inter, s, figs / f"accuracy_vs_k_{safe[s]}.png") for s in settings]
+    drawn += [figures.automation_figure(auto, s, figs / f"automation_{safe[s]}.png") for s in settings]
     drawn.append(figures.gain_vs_setting(inter, settings, figs / "gain_vs_setting.png"))
     drawn_paths = [p for p in drawn if p is not None]
     if drawn_paths:
@@ -156,11 +158,11 @@ def write_experiment_report(root: str | Path) -> str:
     write_text_atomic(root / "report.md", text)
     write_json_atomic(root / "report.json", {name: rows for name, (rows, _) in tables.items()} | {"unfinished": unfinished})
     if cfg.get("wandb"):
-        log_to_wandb(manifest, tables, drawn_paths)
+        log_to_wandb(manifest, tables, drawn_paths, root)
     return text
 
 
-def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path]) -> None:
+def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path], root: Path) -> None:
     """One W&B run in the experiment's group: each table as a ``wandb.Table``, figures as images
     (offline unless ``WANDB_MODE`` says otherwise)."""
     import os
@@ -169,7 +171,7 @@ def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]],
 
     os.environ.setdefault("WANDB_MODE", "offline")
     run = wandb.init(project="cbm", group=manifest.get("name"), job_type="report", name=f"{manifest.get('name')}-report",
-                     dir=str(Path(manifest["config"]["output_dir"])), config=manifest.get("config"), reinit=True)  # fmt: skip
+                     dir=str(root), config=manifest.get("config"), reinit=True)  # fmt: skip
     try:
         for name, (rows, cols) in tables.items():
             if rows:

@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from cbm.config.paths import CONF_DIR
+from cbm.config.safe_paths import check_component
 from cbm.config.validate import ConfigError, to_dataclass
 
 KINDS = ("policy", "intervener")
@@ -58,7 +59,7 @@ def names(kind: str) -> list[str]:
 def defaults(kind: str, name: str) -> dict[str, Any]:
     """The settings in ``conf/<kind>/<name>.yaml`` (with ``_target_``)."""
     _check_kind(kind)
-    path = Path(CONF_DIR) / kind / f"{name}.yaml"
+    path = Path(CONF_DIR) / kind / f"{check_component(name, kind)}.yaml"
     if not path.is_file():
         raise ConfigError(f"unknown {kind} '{name}' (choose from: {', '.join(names(kind))})")
     return dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))  # type: ignore[arg-type]

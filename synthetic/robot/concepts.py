@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cbm.config.safe_paths import check_component
 from synthetic.robot.attributes import EXPRESSION_NAMES
 
 CONCEPT_SET_DIR = Path(__file__).parent / "concept_sets"
@@ -220,6 +221,7 @@ def _load(path: str, _mtime: int) -> ConceptSet:
     for i, item in enumerate(doc["concepts"]):
         if not isinstance(item, dict) or not {"name", "expr"} <= set(item):
             raise ValueError(f"{where}: concept #{i} needs 'name' and 'expr'")
+        check_component(item["name"], f"{where}: concept name")  # names may become file names (figures, tables)
         try:
             check_expression(str(item["expr"]))
         except ExpressionError as err:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cbm.config.safe_paths import inside, slug, slugs
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
@@ -109,7 +110,7 @@ class Pipeline:
 
     # ----------------------------------------------------------------- one item
     def run_item(self, item_id: str, item: EditItem, options: list[str]) -> dict[str, Any]:
-        d = self.root / item_id
+        d = inside(self.root, self.root / slug(item_id), "EDCT item id")  # ids may come from data: slugged
         path = d / "record.json"
         rec = _load(path) or {"id": item_id, "status": "started"}
         rec["question"] = self.cfg.question
@@ -245,6 +246,7 @@ class Pipeline:
         from tqdm.auto import tqdm
 
         out: dict[str, dict] = {}
+        slugs([iid for iid, _ in items], "EDCT item ids")  # two items never share a folder
         show = progress_bar_wanted(self.cfg.progress)
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool, tqdm(total=len(items), desc="edct", disable=not show, leave=False) as bar:
             futures = {pool.submit(self.run_item, iid, it, options): iid for iid, it in items}

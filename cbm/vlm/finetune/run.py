@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cbm.config.safe_paths import inside, slug, slugs
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.finetune.collate import Collator
 from cbm.vlm.finetune.config import FinetuneConfig
@@ -132,6 +133,7 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
     for b in bad:
         log.warning("data: skipped %s", b)
     train_rows, eval_rows = split_pairs(rows, cfg.data.eval_fraction, cfg.seed)
+    slugs((r.pair_id for r in rows), "data: pair_id")  # heatmap file names: a collision stops here, before training
     processor = AutoProcessor.from_pretrained(Path(cfg.model.path).expanduser(), local_files_only=True)
     collator = Collator(processor, cfg.model.end_of_turn)
     attn = cfg.model.attn_implementation if cfg.eval.localise else None
@@ -225,7 +227,8 @@ def report(cfg: FinetuneConfig, out: Path, rows: Sequence[QARow], before: list[R
         for tag, res in (("before", before[i] if before is not None else None), ("after", r)):
             if res is not None and res.attention is not None:
                 title = f"{r.split} {tag}: {res.prediction.strip()[:12]!r} (answer {rows[i].answer!r}), in-mask {res.localisation:.2f}"
-                heatmap(rows[i], res.attention, out / "heatmaps" / f"{r.pair_id}-{r.split}-{tag}.png", title)
+                name = f"{slug(r.pair_id)}-{r.split}-{tag}.png"  # pair ids are data: slugged, kept inside out/heatmaps
+                heatmap(rows[i], res.attention, inside(out, out / "heatmaps" / name, "pair_id"), title)
         drawn += 1
     return result
 
@@ -234,4 +237,3 @@ def _f(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     return f"{v * scale:.{digits}f}"
-

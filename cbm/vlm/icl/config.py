@@ -6,6 +6,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.config.safe_paths import check_component
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.icl.episodes import EpisodeGrid
 from cbm.vlm.icl.parse import CONDITION_TAGS
@@ -72,6 +73,8 @@ class ICLConfig:
             self.statistics = StatsOptions(**self.statistics)
         if not self.models:
             raise ValueError("models: at least one model under test (name: client settings)")
+        for name in [*self.models, *self.datasets]:  # records/<model>/<dataset>/..., episodes/<dataset>.json
+            check_component(name, "models" if name in self.models else "datasets")
         for role, settings in [*((f"models.{k}", v) for k, v in self.models.items()), ("judge", self.judge)]:
             try:
                 ClientConfig.from_mapping(dict(settings))

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cbm.config.safe_paths import check_component, inside, slug
 from cbm.vlm.icl import dl, stats
 from cbm.vlm.icl.config import ICLConfig
 from cbm.vlm.icl.datasets import ICLDataset, make_dataset
@@ -47,7 +48,7 @@ class Trial:
 
 def episodes_for(cfg: ICLConfig, ds: ICLDataset) -> list[Episode]:
     """The dataset's saved episodes, or new ones (saved) when there are none."""
-    path = Path(cfg.episodes_dir or Path(cfg.output_dir) / "episodes") / f"{ds.name}.json"
+    path = Path(cfg.episodes_dir or Path(cfg.output_dir) / "episodes") / f"{check_component(ds.name, 'datasets')}.json"
     eps = load_episodes(path, cfg.episodes, ds.fingerprint)
     if eps is None:
         eps = make_episodes(ds.name, ds.labels, ds.class_names, cfg.episodes)
@@ -119,8 +120,8 @@ class Study:
     def trials(self) -> list[Trial]:
         return [Trial(m, d, c, ep) for m in self.models for d in self.datasets for c in self.cfg.conditions for ep in self.episodes[d]]
 
-    def _path(self, trial: Trial) -> Path:
-        return self.out / "records" / f"{trial.id}.json"
+    def _path(self, trial: Trial) -> Path:  # names checked by ICLConfig; the episode id is read back from a file: slugged
+        return inside(self.out, self.out / "records" / trial.model / trial.dataset / trial.condition / f"{slug(trial.episode.id)}.json", "ICL record")
 
     def _load(self, trial: Trial) -> dict[str, Any] | None:
         path = self._path(trial)

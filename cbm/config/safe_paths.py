@@ -1,0 +1,163 @@
+"""Names that become paths, checked in one place (torch-free).
+
+Every value that ends up as one component of a file or directory name goes through here, so a
+setting such as ``name=../../x`` or a data value such as a fine-tuning ``pair_id`` of
+``../../X/p3`` can never write outside the run folder:
+
+* :func:`check_component` — a *setting* (experiment, setting and model names, dataset names):
+  refused with one line naming the field and the bad value;
+* :func:`slug` — a *data value* (pair ids, item ids, episode ids, names read back from a
+  manifest): mapped deterministically to a safe component, unchanged when already safe, else
+  made safe and suffixed with a digest of the original, so two values never share a name;
+  :func:`slugs` also checks a whole set for collisions;
+* :func:`inside` — the last guard: a path, symlinks followed, stays under its root;
+* :func:`check_file_path` — an explicit output *file* path a user gave (it may lie anywhere, but
+  must name a file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+#: Longest file name most file systems take (bytes, UTF-8).
+MAX_NAME_BYTES = 255
+#: What a slug keeps; everything else becomes ``_``.
+SAFE_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+#: A name left as it is by :func:`slug` (it never contains the digest separator ``~``).
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+#: Separator of a slug's digest suffix, and the digest's length (hex digits, 64 bits).
+SLUG_SEP, SLUG_DIGEST = "~", 16
+#: Longest slug (bytes): room is left for what a call site puts around it (``automation_<slug>.png``).
+SLUG_MAX_BYTES = 200
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def _problem(s: str) -> str | None:
+    """Why ``s`` cannot be one path component (``None``: it can)."""
+    if not s:
+        return "it is empty"
+    if s in (".", ".."):
+        return "it names a directory, not an entry"
+    if "/" in s or "\\" in s:
+        return "it contains a path separator"
+    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+        return "it contains a control character"
+    if _DRIVE.match(s) or PureWindowsPath(s).is_absolute() or PurePosixPath(s).is_absolute():
+        return "it is an absolute path"
+    if len(s.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"it is longer than {MAX_NAME_BYTES} bytes"
+    return None
+
+
+def check_component(value: Any, what: str) -> str:
+    """``value`` as a string that is safe as one file or directory name; else ``ValueError`` naming
+    ``what`` (the field) and the value: empty, ``.``, ``..``, ``/`` or ``\\``, control characters
+    (NUL, newline), an absolute path or drive letter, or over 255 bytes."""
+    s = str(value) if value is not None else ""
+    why = _problem(s)
+    if why:
+        shown = repr(s if len(s) <= 80 else s[:77] + "...")
+        raise ValueError(f"{what}: {shown} is not usable as a file or directory name ({why})")
+    return s
+
+
+def slug(value: Any) -> str:
+    """A safe path component for a data value, deterministic: ``value`` itself when it is made of
+    letters, digits, ``_ . -`` (not starting with ``.``), else those characters kept, the rest as
+    ``_``, and ``~`` plus a digest of the original appended (distinct values, distinct slugs); at
+    most :data:`SLUG_MAX_BYTES` long."""
+    s = str(value)
+    if SAFE_NAME.match(s) and len(s) <= SLUG_MAX_BYTES:  # ASCII: characters are bytes
+        return s
+    digest = hashlib.sha256(s.encode("utf-8", "surrogatepass")).hexdigest()[:SLUG_DIGEST]
+    base = SAFE_CHARS.sub("_", s)[: SLUG_MAX_BYTES - len(SLUG_SEP) - SLUG_DIGEST].lstrip(".") or "_"
+    return f"{base}{SLUG_SEP}{digest}"
+
+
+def slugs(values: Iterable[Any], what: str) -> dict[Any, str]:
+    """:func:`slug` of every distinct value; ``ValueError`` if two share one (they would
+    overwrite each other's files)."""
+    out: dict[Any, str] = {}
+    owner: dict[str, Any] = {}
+    for v in values:
+        if v in out:
+            continue
+        s = slug(v)
+        if s in owner:
+            raise ValueError(f"{what}: {owner[s]!r} and {v!r} map to the same file name {s!r}")
+        out[v], owner[s] = s, v
+    return out
+
+
+def inside(root: str | Path, path: str | Path, what: str) -> Path:
+    """``path`` when it stays under ``root`` once both are resolved (symlinks followed, ``..``
+    collapsed); else ``ValueError`` naming ``what``."""
+    base, full = Path(root).resolve(), Path(path).resolve()  # both relative to the working directory
+    if full != base and base not in full.parents:
+        raise ValueError(f"{what}: {str(path)!r} leads outside {base}")
+    return Path(path)
+
+
+def child(root: str | Path, name: Any, what: str) -> Path:
+    """``root / name`` for a checked component ``name`` that stays under ``root``."""
+    return inside(root, Path(root) / check_component(name, what), what)
+
+
+def check_file_path(value: Any, what: str) -> Path:
+    """An output file path a user chose (it may lie anywhere): not empty, no control characters,
+    and its last part a usable file name (not ``.`` or ``..``, no trailing separator)."""
+    s = os.fspath(value) if isinstance(value, Path) else str(value if value is not None else "")
+    name = s.replace("\\", "/").rsplit("/", 1)[-1]
+    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+        why = "it contains a control character"
+    elif name in ("", ".", ".."):
+        why = "it ends in a directory" if s else "it is empty"
+    else:
+        why = _problem(name)
+    if why:
+        shown = repr(s if len(s) <= 80 else s[:77] + "...")
+        raise ValueError(f"{what}: {shown} does not name a file ({why})")
+    return Path(s)
+
+
+def check_hydra_names(cfg: Any) -> None:
+    """Hydra's own names that become paths: ``hydra.job.name`` (the log file), ``hydra.output_subdir``
+    (``.hydra``) and a sweep's ``hydra.sweep.subdir`` stay in the run directory, and every config
+    group choice (``+experiment=<preset>``, ``data=<name>``) in the config folder. The run and sweep
+    directories themselves are paths a user may point anywhere."""
+    from omegaconf import OmegaConf
+
+    hydra = cfg.get("hydra") if hasattr(cfg, "get") else None
+    if hydra is None:
+        return
+
+    def value(key: str) -> Any:
+        try:
+            return OmegaConf.select(hydra, key, throw_on_missing=True)
+        except Exception:  # not resolvable before Hydra runs (e.g. hydra.job.num): Hydra's own
+            return None
+
+    name = value("job.name")
+    if name is not None:
+        check_component(name, "hydra.job.name")
+    for key in ("output_subdir", "sweep.subdir"):
+        sub = value(key)
+        if sub is not None:
+            _relative_inside(str(sub), f"hydra.{key}", "the run directory")
+    for group, chosen in (value("runtime.choices") or {}).items():
+        for option in [chosen] if isinstance(chosen, str) else chosen or []:  # one option, or a list (policy=[a,b])
+            if not str(group).startswith("hydra/"):
+                _relative_inside(str(option), str(group), f"conf/{group}/")
+
+
+def _relative_inside(s: str, what: str, where: str) -> None:
+    """A relative path of usable components (``a/b`` is fine, ``../x`` and ``/x`` are not)."""
+    absolute = PurePosixPath(s).is_absolute() or PureWindowsPath(s).is_absolute() or bool(_DRIVE.match(s))
+    parts = [p for p in s.replace("\\", "/").split("/") if p not in ("", ".")]
+    if absolute or any(_problem(p) for p in parts):
+        raise ValueError(f"{what}: {s!r} must be a relative path inside {where} (no '..', no absolute path)")
