@@ -156,12 +156,12 @@ def run(argv: list[str]) -> None:
     except HydraException as err:  # unknown group option or key, bad override syntax
         fail(PROG, explain(err, overrides, CONFIG_NAME))
     raw = OmegaConf.to_container(cfg, resolve=True)
-    client_cfg = ClientConfig.from_mapping(raw.pop("client"))
-    data_raw = raw.pop("data")
+    client_raw, data_raw = raw.pop("client"), raw.pop("data")
+    opts = to_dataclass(ConceptsConfig, raw, "config")
+    client_cfg = ClientConfig.from_mapping(client_raw)  # endpoint, key and transport checked: no connection yet
     if data_raw.get("name") != "robot":
         raise ConfigError(f"data: concept sets are robot-attribute expressions; use data=robot (got '{data_raw.get('name')}')")
     data_cfg = data_config(data_raw)
-    opts = to_dataclass(ConceptsConfig, raw, "config")
     if data_cfg.modality != "image":
         raise ConfigError(f"data.modality: the model is shown images; use data.modality=image (got '{data_cfg.modality}')")
     out = Path(str(opts.out))

@@ -1,7 +1,9 @@
-"""A disk cache of chat replies keyed by (model, messages, params): a rerun of a sweep costs no
+"""A disk cache of chat replies keyed by (endpoint, model, messages, params): a rerun of a sweep costs no
 requests, and an interrupted run resumes where it stopped (every reply is on disk the moment it
 arrives). Entries are JSON files written atomically (``synthetic.atomic``), sharded by the first
-two hex digits of the key; an unreadable entry is a miss (and is overwritten by the next reply)."""
+two hex digits of the key; an unreadable entry is a miss (and is overwritten by the next reply).
+The endpoint (a hosted server's normalised URL, a local model's weights fingerprint) is part of
+the key: one server's or one set of weights' replies are never served for another."""
 
 from __future__ import annotations
 
@@ -16,15 +18,15 @@ from synthetic.atomic import write_json_atomic
 log = logging.getLogger("cbm.vlm")
 
 #: Bump when the meaning of a cached entry changes: old entries then stop matching.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
-def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
+def cache_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any], endpoint: str = "") -> str:
     """SHA-256 of the canonical JSON of the request (keys sorted, no whitespace): the same request
-    gives the same key across processes and machines; any change in model, messages (images
-    included, as their data URLs) or parameters gives another."""
+    gives the same key across processes and machines; any change in endpoint, model, messages
+    (images included, as their data URLs) or parameters gives another."""
     blob = json.dumps(
-        {"v": CACHE_VERSION, "model": model, "messages": messages, "params": params},
+        {"v": CACHE_VERSION, "endpoint": endpoint, "model": model, "messages": messages, "params": params},
         sort_keys=True, separators=(",", ":"), ensure_ascii=False,
     )  # fmt: skip
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -10,6 +10,7 @@ a sweep. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` inte
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import threading
@@ -17,11 +18,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
+from cbm.vlm.endpoint import normalise
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError, Reply
 from cbm.vlm.retry import RetryPolicy
@@ -36,6 +38,16 @@ class Backend(Protocol):
     model: str
 
     def complete(self, messages: Messages, params: dict[str, Any]) -> Reply: ...
+
+
+def endpoint_id(cfg: ClientConfig) -> str:
+    """What, besides the model name, identifies who answers (part of the cache key): the hosted
+    endpoint's normalised URL, or ``local:<fingerprint of the model directory's files>``."""
+    if cfg.backend == "openai":
+        return normalise(cfg.endpoint_url())
+    from cbm.vlm.weights import fingerprint
+
+    return "local:" + fingerprint(cfg.model, Path(cfg.cache_dir).expanduser() if cfg.cache_dir else None)
 
 
 def make_backend(cfg: ClientConfig, http_client: Any | None = None) -> Backend:
@@ -62,6 +74,7 @@ class ChatClient:
     def __init__(self, cfg: ClientConfig, backend: Backend | None = None, sleep: Callable[[float], None] = time.sleep,
                  http_client: Any | None = None):  # fmt: skip
         self.cfg = cfg
+        self.endpoint = endpoint_id(cfg)
         self.backend = backend if backend is not None else make_backend(cfg, http_client=http_client)
         self.cache = ReplyCache(Path(cfg.cache_dir).expanduser()) if cfg.cache_dir else None
         self.retry = RetryPolicy(cfg.max_retries, cfg.backoff_s, cfg.max_wait_s)
@@ -83,7 +96,7 @@ class ChatClient:
         """One request (``params`` override the configured sampling parameters): the cached
         reply if there is one, else the backend's, retried per the policy; raises :class:`ChatError`."""
         full = {**self.cfg.params(), **params}
-        key = cache_key(self.cfg.model, messages, full)
+        key = cache_key(self.cfg.model, messages, full, self.endpoint)
         if self.cache is not None:
             entry = self.cache.get(key)
             if entry is not None:
@@ -92,7 +105,7 @@ class ChatClient:
                 return reply
         reply = self._send(messages, full)
         if self.cache is not None:
-            self.cache.put(key, {"model": self.cfg.model, "params": full, "reply": reply.to_json()})
+            self.cache.put(key, {"endpoint": self.endpoint, "model": self.cfg.model, "params": full, "reply": reply.to_json()})
         self.usage.add_reply(reply)
         return reply
 
@@ -142,13 +155,13 @@ class ChatClient:
         scorer = getattr(self.backend, "score", None)
         if scorer is None:
             raise ValueError(f"client.backend={self.cfg.backend} cannot score options (use backend=local, or generate)")
-        key = cache_key(self.cfg.model, messages, {"score": list(options), "prefix": prefix})
+        key = cache_key(self.cfg.model, messages, {"score": list(options), "prefix": prefix}, self.endpoint)
         if self.cache is not None and (entry := self.cache.get(key)) is not None:
             return [float(v) for v in entry["scores"]]
         with self._slots:
             scores = scorer(messages, prefix, list(options))
         if self.cache is not None:
-            self.cache.put(key, {"model": self.cfg.model, "scores": scores})
+            self.cache.put(key, {"endpoint": self.endpoint, "model": self.cfg.model, "scores": scores})
         return scores
 
     def ask(self, prompt: str, image: Any | None = None) -> str:
@@ -156,7 +169,28 @@ class ChatClient:
         return self.chat(self.messages(prompt, [] if image is None else [image])).text
 
 
+#: The mark :func:`client_factory` sets: the ``llm`` intervener calls a user-named callable only if it carries it.
+FACTORY_MARK = "__cbm_client_factory__"
+F = TypeVar("F", bound=Callable[..., Any])
 
+
+def client_factory(fn: F) -> F:
+    """Mark ``fn`` (a function or class) as a client factory that a config may name
+    (``intervener.llm.client=module:name``) and that is called with the config's ``client_kwargs``.
+    A config never gets an unmarked callable called (``os:system``, ``subprocess:Popen``...)."""
+    setattr(fn, FACTORY_MARK, True)
+    return fn
+
+
+def is_client_factory(obj: Any) -> bool:
+    """A :class:`ChatClient` subclass, or a function / class marked by :func:`client_factory`
+    (looked up statically: an object's ``__getattr__`` cannot fake the mark)."""
+    if inspect.isclass(obj) and issubclass(obj, ChatClient):
+        return True
+    return (inspect.isfunction(obj) or inspect.isclass(obj)) and inspect.getattr_static(obj, FACTORY_MARK, False) is True
+
+
+@client_factory
 def make_client(**settings: Any) -> ChatClient:
     """A :class:`ChatClient` from plain settings (``ClientConfig`` fields): the factory the ``llm``
     intervener's ``client: cbm.vlm.client:make_client`` names, with ``client_kwargs`` as settings."""

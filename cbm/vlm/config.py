@@ -4,13 +4,31 @@ construction, so a bad value is one clear line before any request is sent."""
 
 from __future__ import annotations
 
+import math
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cbm.vlm.endpoint import (
+    CREDENTIAL_HEADERS,
+    check_secret_transport,
+    effective_base_url,
+    is_loopback,
+    normalise,
+    parse_base_url,
+)
+
 BACKENDS = ("openai", "local")
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 DEFAULT_CACHE_DIR = "~/.cache/cbm/vlm"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+#: An HTTP header name (an RFC 9110 token).
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 @dataclass
@@ -20,7 +38,9 @@ class ClientConfig:
     ``backend``: ``openai`` (any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter,
     vLLM, a local server) or ``local`` (a Hugging Face vision-language model directory,
     ``model`` being its path). The API key is read from the environment variable ``api_key_env``
-    (never written to configs or caches).
+    (never written to configs or caches) and is sent only over https, to a loopback host
+    (127.0.0.0/8, ::1, localhost), or with ``allow_insecure: true``; anything else is refused
+    with one line before any connection.
     """
 
     backend: str = "openai"
@@ -43,8 +63,13 @@ class ClientConfig:
     price_out_per_mtok: float = 0.0
     device: str = "auto"
     dtype: str = "auto"
+    #: Send the API key over plain http to a non-loopback host (it travels readable on the network).
+    allow_insecure: bool = False
 
     def __post_init__(self) -> None:
+        if self.headers is None:  # conf/client/openai.yaml: null, so that client.headers={...} sets them
+            self.headers = {}
+        self._check_types()
         if self.backend not in BACKENDS:
             raise ValueError(f"client.backend: unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
         if not str(self.model).strip():
@@ -64,17 +89,81 @@ class ClientConfig:
             raise ValueError(f"client.max_retries: must be >= 0, got {self.max_retries}")
         if self.concurrency < 1:
             raise ValueError(f"client.concurrency: must be >= 1, got {self.concurrency}")
-        if not isinstance(self.headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()):
-            raise ValueError("client.headers: must map header names to string values")
+        if not ENV_NAME.fullmatch(self.api_key_env):
+            raise ValueError(f"client.api_key_env: {self.api_key_env!r} is not an environment variable name")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"client.dtype: '{self.dtype}' is not one of {', '.join(DTYPES)}")
+        if not DEVICE.fullmatch(self.device):
+            raise ValueError(f"client.device: '{self.device}' is not auto, cpu, mps, cuda or cuda:<index>")
+        self._check_headers()
+        if self.base_url is not None:
+            parse_base_url(self.base_url)
+        if self.backend == "openai":
+            self.check_endpoint()
+
+    def _check_types(self) -> None:
+        """Each setting of its type (a bool is not a number; numbers are finite), one line each."""
+        for f in fields(self):
+            value, kind = getattr(self, f.name), TYPES[f.name]
+            if value is None and f.name in OPTIONAL:
+                continue
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, f.name, value)
+            if kind is str and f.name == "model" and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a numeric model name read from YAML / the command line
+                setattr(self, f.name, value)
+            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if not ok:
+                need = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a mapping"}[kind]
+                null = " or null" if f.name in OPTIONAL else ""
+                raise ValueError(f"client.{f.name}: must be {need}{null}, got {type(value).__name__} {value!r}")
+            if kind is float and not math.isfinite(value):
+                raise ValueError(f"client.{f.name}: must be a finite number, got {value}")
+
+    def _check_headers(self) -> None:
+        for name, value in self.headers.items():
+            if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"client.headers: {name!r} is not a valid header name")
+            if not isinstance(value, str):
+                raise ValueError(f"client.headers: value of '{name}' must be a string, got {type(value).__name__} {value!r}")
+            if any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in value):
+                raise ValueError(f"client.headers: value of '{name}' contains control characters (a line break ends a header)")
+
+    def endpoint_url(self) -> str:
+        """The URL requests go to (``base_url``, else ``$OPENAI_BASE_URL``, else the SDK's default)."""
+        return effective_base_url(self.base_url)[0]
+
+    def api_key(self) -> str | None:
+        """The API key from the environment variable ``api_key_env`` (``None`` when unset or empty)."""
+        return os.environ.get(self.api_key_env) or None
+
+    def check_endpoint(self) -> str | None:
+        """The hosted endpoint's checks, before any connection: a valid URL; a key present for a
+        hosted https endpoint; no key or credential header in clear text to a non-loopback host
+        unless ``allow_insecure``. Returns the key it checked (``None``: none set); the backend
+        re-runs it and sends that key, as the environment may have changed since validation."""
+        url, where = effective_base_url(self.base_url)
+        parts = parse_base_url(url, where)
+        key = self.api_key()
+        secrets = [f"the API key in ${self.api_key_env}"] if key else []
+        secrets += [f"the '{h}' header" for h in self.headers if h.lower() in CREDENTIAL_HEADERS]
+        check_secret_transport(url, secrets, self.allow_insecure, where)
+        if not key and parts.scheme.lower() == "https" and not is_loopback(parts.hostname or ""):
+            raise ValueError(f"client: the environment variable {self.api_key_env} is not set (the API key for "
+                             f"{normalise(url)}); set it, or point base_url at a local endpoint")  # fmt: skip
+        return key
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> ClientConfig:
+    def from_mapping(cls, values: Mapping[str, Any]) -> ClientConfig:
         """From a plain mapping (a Hydra node or ``client_kwargs``); unknown keys are one clear error."""
+        if not isinstance(values, Mapping):
+            raise ValueError(f"client: must be a mapping of settings, got {type(values).__name__} {values!r}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(str(k) for k in values if k not in known)
         if unknown:
             raise ValueError(f"client: unknown setting(s) {unknown} (known: {', '.join(sorted(known))})")
-        return cls(**{k: (dict(v) if k == "headers" and v is not None else v) for k, v in values.items()})
+        return cls(**{k: (dict(v) if k == "headers" and isinstance(v, Mapping) else v) for k, v in values.items()})
 
     def params(self) -> dict[str, Any]:
         """The sampling parameters that change a reply (part of the cache key)."""
@@ -86,5 +175,18 @@ class ClientConfig:
         return out
 
     def public(self) -> dict[str, Any]:
-        """The settings as a plain dict (for run records; holds no secret: the key stays in the environment)."""
-        return asdict(self)
+        """The settings as a plain dict for run records: no secret (the key stays in the environment,
+        credential headers are masked)."""
+        out = asdict(self)
+        out["headers"] = {k: ("***" if k.lower() in CREDENTIAL_HEADERS else v) for k, v in self.headers.items()}
+        return out
+
+
+#: The type of each setting (``from __future__`` annotations are strings, so spelled out here).
+TYPES: dict[str, type] = {
+    "backend": str, "model": str, "base_url": str, "api_key_env": str, "headers": dict, "system": str,
+    "temperature": float, "max_tokens": int, "reasoning_effort": str, "seed": int, "timeout_s": float,
+    "max_retries": int, "backoff_s": float, "max_wait_s": float, "concurrency": int, "cache_dir": str,
+    "price_in_per_mtok": float, "price_out_per_mtok": float, "device": str, "dtype": str, "allow_insecure": bool,
+}  # fmt: skip
+OPTIONAL = frozenset({"base_url", "system", "reasoning_effort", "seed", "cache_dir"})

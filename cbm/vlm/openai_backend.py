@@ -1,5 +1,7 @@
 """Hosted models through the ``openai`` SDK: any OpenAI-compatible chat-completions endpoint
-(OpenAI, OpenRouter, vLLM, a local server) with a configurable base URL, key and headers.
+(OpenAI, OpenRouter, vLLM, a local server) with a configurable base URL, key and headers. The
+settings' endpoint checks (:meth:`ClientConfig.check_endpoint`: no key in clear text to a
+non-loopback host) run again before the SDK client exists, so no request can precede them.
 
 One attempt per call: the SDK's own retries are off (``max_retries=0``) so that
 :class:`cbm.vlm.client.ChatClient` owns retries, backoff and ``Retry-After`` in one place, and
@@ -7,7 +9,6 @@ every SDK failure becomes a :class:`ChatError` of a known kind."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -17,7 +18,7 @@ from cbm.vlm.reply import ChatError, Reply
 #: Fields in which endpoints return the reasoning text (OpenRouter: ``reasoning``; vLLM, DeepSeek:
 #: ``reasoning_content``).
 REASONING_FIELDS = ("reasoning", "reasoning_content")
-#: Key sent when the environment holds none (local servers accept any key).
+#: Key sent when the environment holds none (local servers accept any key; no secret).
 NO_KEY = "not-needed"
 
 
@@ -29,14 +30,11 @@ class OpenAIBackend:
 
         self._openai = openai
         self.model = cfg.model
-        key = os.environ.get(cfg.api_key_env)
-        if not key and (cfg.base_url is None or str(cfg.base_url).startswith("https://")):  # a hosted service: a key is needed
-            raise ValueError(f"client: the environment variable {cfg.api_key_env} is not set (the API key for "
-                             f"{cfg.base_url or 'api.openai.com'}); set it, or point base_url at a local endpoint")  # fmt: skip
-        key = key or NO_KEY  # local servers (vLLM, llama.cpp) take any key
+        key = cfg.check_endpoint()  # again here: the environment may have changed since validation
+        self.base_url = cfg.endpoint_url()
         self._client = openai.OpenAI(
-            api_key=key, base_url=cfg.base_url, default_headers=cfg.headers or None, timeout=cfg.timeout_s,
-            max_retries=0, http_client=http_client,
+            api_key=key or NO_KEY, base_url=self.base_url, default_headers=cfg.headers or None,
+            timeout=cfg.timeout_s, max_retries=0, http_client=http_client,
         )  # fmt: skip
 
     def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:

@@ -152,7 +152,8 @@ def test_map_resumes_after_interruption(httpserver, tmp_path):
     assert len(httpserver.log) == 6 and rerun.usage.requests == 1 and rerun.usage.cache_hits == 4
 
 
-def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path):
+def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # plain http to a made-up host: no key may travel
     lock, state = threading.Lock(), {"now": 0, "peak": 0, "n": 0}
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -189,11 +190,24 @@ def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path):
         ({"model": "m", "concurrency": 0}, "concurrency"),
         ({"model": "m", "timeout_s": 0}, "timeout_s"),
         ({"model": "m", "tempreature": 0}, r"unknown setting\(s\) \['tempreature'\]"),
+        ({"model": "m", "headers": {"a": 1}}, r"^client.headers: value of 'a' must be a string, got int 1$"),
+        ({"model": "m", "headers": {"X-A": "x\r\nInjected: 1"}}, "value of 'X-A' contains control characters"),
+        ({"model": "m", "headers": {"bad name": "x"}}, "'bad name' is not a valid header name"),
+        ({"model": "m", "headers": ["a"]}, "client.headers: must be a mapping"),
+        ({"model": "m", "timeout_s": float("nan")}, "client.timeout_s: must be a finite number, got nan"),
+        ({"model": "m", "temperature": float("inf")}, "client.temperature: must be a finite number"),
+        ({"model": "m", "max_tokens": 1.5}, "client.max_tokens: must be an integer, got float 1.5"),
+        ({"model": "m", "concurrency": True}, "client.concurrency: must be an integer, got bool True"),
+        ({"model": "m", "max_tokens": "many"}, "client.max_tokens: must be an integer, got str 'many'"),
+        ({"model": "m", "allow_insecure": "yes"}, "client.allow_insecure: must be true or false"),
+        ({"model": "m", "api_key_env": "MY KEY"}, "client.api_key_env: 'MY KEY' is not an environment variable name"),
+        ({"model": "m", "base_url": "notaurl"}, "client.base_url: 'notaurl' is not an http"),
     ],
 )
 def test_bad_settings_are_one_line(settings, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as err:
         make_client(**settings)
+    assert "\n" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +226,30 @@ def test_local_backend_generates_with_tiny_vlm(tiny_vlm, tmp_path):
     c2 = make_client(backend="local", model=str(tiny_vlm), cache_dir=None, max_tokens=12)
     assert c2.chat(c2.messages("Does this robot have knees?", [img])).text == reply.text  # greedy: deterministic
     assert c.ask("Does this robot have knees?", image=img) == reply.text and c.usage.cache_hits == 1
+
+
+def test_re_saved_local_weights_are_not_served_the_old_replies(tiny_vlm, tmp_path):
+    """A model fine-tuned and saved over the old one (same directory, names and sizes) gets a new
+    cache key: the reply comes from the new weights, not the disk cache."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_vlm, model)
+    img = np.zeros((24, 24, 3), np.uint8)
+    old = make_client(backend="local", model=str(model), cache_dir=str(tmp_path / "cache"), max_tokens=8)
+    first = old.chat(old.messages("Knees?", [img]))
+    weights = next(model.glob("*.safetensors"))
+    tensors = load_file(weights)
+    save_file({k: (v + 0.5 if v.is_floating_point() else v) for k, v in tensors.items()}, weights, metadata={"format": "pt"})
+    new = make_client(backend="local", model=str(model), cache_dir=str(tmp_path / "cache"), max_tokens=8)
+    assert new.endpoint != old.endpoint
+    reply = new.chat(new.messages("Knees?", [img]))
+    assert not reply.cached and new.usage.cache_hits == 0
+    fresh = make_client(backend="local", model=str(model), cache_dir=None, max_tokens=8)
+    assert reply.text == fresh.chat(fresh.messages("Knees?", [img])).text  # the new weights' own reply
+    assert first.text is not None
 
 
 def test_local_backend_refuses_a_directory_without_a_model(tmp_path):

@@ -41,7 +41,10 @@ def test_cache_key_is_canonical_and_sensitive():
     assert a == cache_key("m", json.loads(json.dumps(msgs)), {"max_tokens": 5, "temperature": 0})  # key order irrelevant
     assert len({a, cache_key("m2", msgs, {"temperature": 0, "max_tokens": 5}),
                 cache_key("m", msgs, {"temperature": 0.5, "max_tokens": 5}),
-                cache_key("m", [{"role": "user", "content": "hi!"}], {"temperature": 0, "max_tokens": 5})}) == 4  # fmt: skip
+                cache_key("m", [{"role": "user", "content": "hi!"}], {"temperature": 0, "max_tokens": 5}),
+                cache_key("m", msgs, {"temperature": 0, "max_tokens": 5}, "http://127.0.0.1:9/v1")}) == 5  # fmt: skip
+    # the endpoint is part of the key: one server's replies are never served for another
+    assert cache_key("m", msgs, {}, "https://a.example/v1") != cache_key("m", msgs, {}, "https://b.example/v1")
 
 
 def test_reply_cache_hits_misses_and_corrupt_entries(tmp_path):
