@@ -5,7 +5,9 @@ A component is one module and one config file: ``conf/policy/<name>.yaml`` (or
 ``conf/intervener/<name>.yaml``) holds its settings under ``policy.<name>`` and names its class
 in ``_target_``; the class carries a typed ``Config`` dataclass and builds itself with
 ``from_config(cfg, ctx)``. Component modules import torch lazily, so a whole command line is
-validated before torch is imported.
+validated before torch is imported. A ``_target_`` is code (as with Hydra): it is imported, then
+checked to be a component class of the expected kind before its ``Config`` or ``from_config``
+is called; a function (``os.system``) or another class is one line, never called.
 
 >>> names("policy")
 ['random', 'responsiveness', 'uncertainty']
@@ -13,7 +15,9 @@ validated before torch is imported.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,26 +69,54 @@ def defaults(kind: str, name: str) -> dict[str, Any]:
     return dict(OmegaConf.to_container(OmegaConf.load(path), resolve=True))  # type: ignore[arg-type]
 
 
+def _protocol(kind: str) -> type:
+    if kind == "policy":
+        from cbm.interventions.policies.base import Policy
+
+        return Policy
+    from cbm.interventions.interveners.base import Intervener
+
+    return Intervener
+
+
+def check_target(kind: str, name: str, target: str, obj: object) -> type:
+    """``obj`` (what ``_target_`` named) if it is a component class of ``kind``: a class with the
+    kind's method (``select`` / ``__call__``), a ``Config`` dataclass and a ``from_config``
+    classmethod; anything else (a function such as ``os.system``, another class) is refused
+    before it is called."""
+    what = {"policy": "select(model, state, k)", "intervener": "__call__(batch, state, mask)"}[kind]
+    need = f"a{'n' if kind == 'intervener' else ''} {kind} class with {what}, a Config dataclass and from_config"
+    if not inspect.isclass(obj):
+        raise ConfigError(f"{kind} '{name}': _target_ {target} is a {type(obj).__name__}, not {need}")
+    config_cls = inspect.getattr_static(obj, "Config", None)
+    factory = inspect.getattr_static(obj, "from_config", None)
+    ok = (issubclass(obj, _protocol(kind)) and inspect.isclass(config_cls) and dataclasses.is_dataclass(config_cls)
+          and isinstance(factory, classmethod))  # fmt: skip
+    if not ok:
+        raise ConfigError(f"{kind} '{name}': _target_ {target} is not {need}")
+    return obj
+
+
 def component_class(kind: str, name: str, target: str | None = None) -> type:
-    """The class named by the component's ``_target_`` (``package.module.Class``)."""
+    """The class named by the component's ``_target_`` (``package.module.Class``), imported and
+    checked to be a component of ``kind`` (:func:`check_target`) before anything calls it."""
+    _check_kind(kind)
     target = target or defaults(kind, name).get("_target_")
     if not isinstance(target, str) or "." not in target:
         raise ValueError(f"{kind} '{name}': its config needs _target_: <module>.<Class>")
     module, _, attr = target.rpartition(".")
     try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError, TypeError) as err:
         raise ValueError(f"{kind} '{name}': cannot import {target} ({type(err).__name__}: {err})") from None
+    return check_target(kind, name, target, obj)
 
 
 def validate(kind: str, name: str, settings: Mapping[str, Any] | None = None) -> Any:
     """The component's typed ``Config`` from its file's settings overridden by ``settings``."""
     merged = {**defaults(kind, name), **dict(settings or {})}
     cls = component_class(kind, name, merged.pop("_target_", None))
-    config_cls = getattr(cls, "Config", None)
-    if config_cls is None:
-        raise ValueError(f"{kind} '{name}': {cls.__name__} has no Config dataclass")
-    return to_dataclass(config_cls, merged, f"{kind}.{name}")
+    return to_dataclass(cls.Config, merged, f"{kind}.{name}")
 
 
 def validate_all(kind: str, blocks: Mapping[str, Any], exactly_one: bool = False) -> dict[str, Any]:

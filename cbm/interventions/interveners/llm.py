@@ -84,7 +84,9 @@ class LLMIntervener:
 
     @dataclass
     class Config:
-        #: ``module:callable`` returning an object with ``ask(prompt, image=None) -> str``.
+        #: ``module:callable`` returning an object with ``ask(prompt, image=None) -> str``: a
+        #: ChatClient subclass or a factory marked with ``@cbm.vlm.client.client_factory``
+        #: (e.g. ``cbm.vlm.client:make_client``); anything else is refused before it is called.
         client: str | None = None
         client_kwargs: dict[str, Any] = field(default_factory=dict)
         #: error | model (keep the model's probability, counted and logged)
@@ -97,6 +99,7 @@ class LLMIntervener:
         def __post_init__(self) -> None:
             if not self.client:
                 raise ValueError("the llm intervener needs client: a 'module:callable' that returns the client")
+            check_client(self.client, self.client_kwargs)  # imported and checked, never called here
             if self.on_unparseable not in ("error", "model"):
                 raise ValueError(f"on_unparseable must be 'error' or 'model', got '{self.on_unparseable}'")
             if self.retries < 0:
@@ -200,19 +203,60 @@ class LLMIntervener:
         return values
 
 
-def load_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
-    """Import ``module:callable`` and call it with ``kwargs``: the client (it must have ``ask``)."""
+def resolve_client(spec: str) -> Any:
+    """The client factory ``spec`` (``module:name``) names: imported and checked, never called.
+
+    Only a :class:`cbm.vlm.client.ChatClient` subclass or a function / class marked with
+    :func:`cbm.vlm.client.client_factory` is accepted: a config must not get an arbitrary callable
+    (``os:system``, ``subprocess:Popen``) called with its ``client_kwargs``."""
+    from cbm.vlm.client import is_client_factory
+
     module, _, attr = spec.partition(":")
     if not module or not attr:
         raise ValueError(f"llm.client must look like 'module:callable', got '{spec}'")
     try:
         factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
+    except (ImportError, AttributeError, ValueError, TypeError) as err:
         raise ValueError(f"llm.client: cannot import '{spec}' ({type(err).__name__}: {err})") from None
-    if not callable(factory):
-        raise ValueError(f"llm.client: '{spec}' is not callable")
+    if not is_client_factory(factory):
+        raise ValueError(f"llm.client: '{spec}' is not a client factory, so it is not called (use cbm.vlm.client:make_client, "
+                         "a ChatClient subclass, or a function marked with @cbm.vlm.client.client_factory)")  # fmt: skip
+    return factory
+
+
+def _takes_client_settings(factory: Any) -> bool:
+    """The factory is built from :class:`cbm.vlm.config.ClientConfig` settings (so they can be
+    validated before anything runs)."""
+    from cbm.vlm.client import ChatClient, make_client
+
+    return factory is make_client or (isinstance(factory, type) and issubclass(factory, ChatClient))
+
+
+def check_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
+    """The checked factory (:func:`resolve_client`); ``kwargs`` validated too when they are
+    client settings (a bad URL, a key bound for plain http: one line at start)."""
+    factory = resolve_client(spec)
+    if _takes_client_settings(factory):
+        from cbm.vlm.config import ClientConfig
+
+        try:
+            ClientConfig.from_mapping(dict(kwargs))
+        except ValueError as err:
+            raise ValueError(f"llm.client_kwargs: {err}") from None
+    return factory
+
+
+def load_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
+    """The client ``spec`` builds from ``kwargs`` (checked first by :func:`check_client`; it must have ``ask``)."""
+    factory = check_client(spec, kwargs)
+    from cbm.vlm.client import ChatClient
+    from cbm.vlm.config import ClientConfig
+
     try:
-        client = factory(**dict(kwargs))
+        if isinstance(factory, type) and issubclass(factory, ChatClient):
+            client = factory(ClientConfig.from_mapping(dict(kwargs)))
+        else:
+            client = factory(**dict(kwargs))
     except TypeError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"llm.client: '{spec}'(**llm.client_kwargs) failed: {first}") from None
