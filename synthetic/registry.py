@@ -10,6 +10,7 @@ from typing import Any
 from cbm.config import ConfigError, to_dataclass
 from synthetic.base import SyntheticData
 from synthetic.cache import config_hash
+from synthetic.resources import check_footprint
 
 #: data.name -> (module, config class). Each module exposes ``load(cfg, cache_dir)``.
 DATASETS: dict[str, tuple[str, str]] = {
@@ -30,6 +31,7 @@ def data_config(cfg: dict[str, Any]) -> Any:
 def load_data(cfg: Any, cache_dir: str | Path | None, storage: str = "memory") -> SyntheticData:
     """Generate (or read from the cache) the dataset of a validated config; ``storage="disk"``:
     images memory-mapped from ``cache_dir`` (rendered there in chunks the first time)."""
+    check_footprint(cfg, storage, cache_dir)  # one line, not a MemoryError minutes later
     module = importlib.import_module(DATASETS[cfg.name][0])
     if storage == "memory":
         return module.load(cfg, cache_dir)

@@ -9,6 +9,8 @@ from typing import Any
 from cbm.config.validate import check_budgets
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "64")
+#: More epochs than any run here could finish (a typo such as 1e23 is refused, not started).
+MAX_EPOCHS = 1_000_000
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_find_unused_parameters_true", "fsdp", "deepspeed")
 
 
@@ -64,6 +66,8 @@ class TrainerConfig:
                 raise ValueError(f"trainer.{name} must be a fraction in (0, 1] or a batch count >= 1, got {v!r}")
         if self.max_epochs < 1:
             raise ValueError(f"trainer.max_epochs must be >= 1, got {self.max_epochs}")
+        if self.max_epochs > MAX_EPOCHS:
+            raise ValueError(f"trainer.max_epochs must be <= {MAX_EPOCHS:,} (more than any run could finish), got {self.max_epochs:,}")
         if self.accelerator not in ("auto", "cpu", "gpu", "cuda", "mps"):
             raise ValueError(f"trainer.accelerator must be auto, cpu, gpu, cuda or mps, got '{self.accelerator}'")
         d = self.devices

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cbm.config import ConfigError
 from cbm.config.safe_paths import check_hydra_names
-from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, fail, one_line
-
-MULTIRUN_FLAGS = ("-m", "--multirun")
+from cbm.experiments import runlock
+from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, dry_run, fail, hydra_run_dir, one_line
+from cbm.experiments.overrides import quote_items, split_argv, with_search_path
 
 
 def typed_app_config(cfg: DictConfig, cls: type) -> Any:
@@ -83,8 +84,13 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 def explain(err: Exception, overrides: list[str], config_name: str) -> str:
     """One line for a Hydra composition error, naming the field and the valid choices."""
+    import yaml
     from hydra.errors import MissingConfigException
 
+    bad_yaml = err if isinstance(err, yaml.YAMLError) else err.__cause__
+    if isinstance(bad_yaml, yaml.MarkedYAMLError) and bad_yaml.problem_mark is not None:
+        mark = bad_yaml.problem_mark
+        return f"config: {mark.name}: not valid YAML at line {mark.line + 1} ({bad_yaml.problem})"
     text = f"{err}\n{err.__cause__ or ''}"
     if isinstance(err, MissingConfigException):
         m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
@@ -94,10 +100,15 @@ def explain(err: Exception, overrides: list[str], config_name: str) -> str:
             return f"config: unknown {group} '{name}' (choose from: {', '.join(options)})"
     m = re.search(r"Could not override '([^']+)'", text)
     if m and "not in struct" in text:
-        key = m.group(1)
+        key = given = m.group(1)
+        full = re.search(r"full_key: (\S+)", text)
+        if full and full.group(1).startswith(key + "."):  # a mapping merged into the node: the unknown key is inside it
+            key = full.group(1)
         parent, _, leaf = key.rpartition(".")
-        node = compose_plain(config_name, [o for o in overrides if not o.lstrip("+~").startswith(key)])
+        node = compose_plain(config_name, [o for o in overrides if not o.lstrip("+~").startswith(given)])
         sub = OmegaConf.select(node, parent) if parent else node
+        if parent and sub is None:
+            return f"config: unknown key '{key}' ({parent} is null: set it whole, '{parent}={{{leaf}: ...}}')"
         have = ", ".join(sorted(str(k) for k in sub if k != "hydra")) if isinstance(sub, DictConfig) else ""
         return f"config: unknown key '{key}'" + (f" ({parent or 'the config'} has: {have})" if have else "")
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
@@ -134,21 +145,27 @@ def check_creatable(directory: str, what: str) -> None:
         raise ConfigError(f"{what}: cannot create {p}: {ancestor} is not writable")
 
 
-def precheck(config_name: str, overrides: list[str], validate: Callable[[DictConfig], Any]) -> None:
-    """Compose and validate every config of the command line; :class:`ConfigError` with one line."""
+def precheck(config_name: str, overrides: list[str], validate: Callable[[DictConfig], Any],
+             config_dirs: list[str] | None = None, multirun: bool = False) -> None:  # fmt: skip
+    """Compose and validate every config of the command line (with the ``--config-dir`` presets);
+    the run directory must be free (no live command holds it). :class:`ConfigError` with one line."""
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    for d in config_dirs or []:
+        if not Path(d).is_dir():
+            raise ConfigError(f"--config-dir: {d or repr(d)} is not a directory")
     try:
         for combo in expand_sweeps(overrides):
             try:
-                cfg = compose_plain(config_name, combo)
-            except (HydraException, OmegaConfBaseException) as err:
+                cfg = compose_plain(config_name, with_search_path(combo, config_dirs or []))
+            except Exception as err:  # Hydra's composition errors, a user preset's YAML errors
                 raise ConfigError(explain(err, combo, config_name)) from None
             check_creatable(str(cfg.hydra.run.dir), "hydra.run.dir")
             check_creatable(str(cfg.hydra.sweep.dir), "hydra.sweep.dir")
             check_hydra_names(cfg)  # hydra.job.name, output_subdir, sweep.subdir stay in the run directory
+            if not multirun:
+                runlock.check_free(str(cfg.hydra.run.dir), "wait for it to finish or choose another directory")
             job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
             try:
                 validate(job)
@@ -156,6 +173,21 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
                 raise ConfigError(f"config: {one_line(err)}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def locked(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
+    """``task`` holding its Hydra run directory's lock (:mod:`runlock`): two commands never write
+    into one directory at once; a second is refused with one line naming the first."""
+
+    @wraps(task)
+    def run(cfg: DictConfig) -> Any:
+        d = hydra_run_dir()
+        if d is None or not d.is_dir():
+            return task(cfg)
+        with runlock.hold(d, "wait for it to finish or choose another directory"):
+            return task(cfg)
+
+    return run
 
 
 #: Longest default shown in ``--help`` (prompt templates are summarised).
@@ -196,18 +228,26 @@ def hydra_app(
     """``main()`` of a Hydra entry point: ``--help``, the precheck, then the Hydra app running ``task``."""
 
     def main() -> None:
-        argv = sys.argv[1:]
+        from cbm.experiments.lifeline import die_with_parent
+
+        die_with_parent()  # a cell of cbm-experiment does not outlive it
+        argv = [a if a.startswith("-") else quote_items(a) for a in sys.argv[1:]]
+        sys.argv[1:] = argv  # what Hydra parses: list items holding '=' quoted
         if any(a in ("-h", "--help") for a in argv):
             print(help_text(prog, config_name, summary, examples))
             return
-        flags = [a for a in argv if a.startswith("-")]
-        if all(f in MULTIRUN_FLAGS for f in flags) and not os.environ.get("CBM_NO_PRECHECK"):
+        cmd = split_argv(argv)
+        checked = not cmd.other_flags and not os.environ.get("CBM_NO_PRECHECK")
+        if checked:
             try:
-                precheck(config_name, [a for a in argv if not a.startswith("-")], validate)
+                precheck(config_name, cmd.overrides, validate, cmd.config_dirs, cmd.multirun)
             except USER_ERRORS as err:
                 fail(prog, one_line(err))
+        if checked and dry_run(prog):
+            return
         import hydra
 
-        hydra.main(config_path=CONF_DIR, config_name=config_name, version_base="1.3")(clean_errors(prog)(task))()
+        app = (lambda cfg: None) if dry_run() else clean_errors(prog)(locked(task))
+        hydra.main(config_path=CONF_DIR, config_name=config_name, version_base="1.3")(app)()
 
     return main

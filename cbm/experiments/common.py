@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from cbm.config import ConfigError
 from cbm.config.names import DEVICES
 from cbm.config.paths import CONF_DIR as _CONF_DIR
+from cbm.experiments import runlock
 from synthetic.atomic import WriteError, describe, write_json_atomic, write_text_atomic  # noqa: F401 (the write path)
 from synthetic.tables import markdown_table  # noqa: F401 (re-exported for the apps)
 
@@ -24,6 +25,10 @@ from synthetic.tables import markdown_table  # noqa: F401 (re-exported for the a
 OmegaConf.register_new_resolver("pid", os.getpid, replace=True, use_cache=True)
 
 CONF_DIR = _CONF_DIR
+
+#: ``CBM_DRY_RUN=1``: a command stops with exit code 0 once its command line is validated (nothing
+#: is run or written); the test of every ``--help`` example runs them this way.
+DRY_RUN_ENV = "CBM_DRY_RUN"
 
 #: Errors that mean "bad input" or an unusable file system, reported as one line and exit code 2.
 USER_ERRORS = (ConfigError, ValueError, KeyError, OSError)
@@ -37,6 +42,14 @@ def one_line(err: BaseException) -> str:
     if isinstance(err, KeyError) and len(err.args) == 1:
         text = f"missing key {err.args[0]!r}"
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def dry_run(prog: str | None = None) -> bool:
+    """Whether this is a dry run (``CBM_DRY_RUN``); with ``prog``, say so when it is."""
+    on = os.environ.get(DRY_RUN_ENV, "") not in ("", "0")
+    if on and prog:
+        print(f"{prog}: the command line is valid (dry run: nothing was run)")
+    return on
 
 
 def resolve_device(name: str):
@@ -92,12 +105,12 @@ def hydra_run_dir() -> Path | None:
 
 
 def remove_if_unused(run_dir: Path | None) -> None:
-    """Delete a run directory that holds nothing but Hydra's own files (``.hydra/``, job logs):
-    a run that failed before its work started leaves nothing behind."""
-    if run_dir is None or not run_dir.is_dir():
-        return
+    """Delete a run directory that holds nothing but Hydra's own files (``.hydra/``, job logs) and
+    a free lock: a run that failed before its work started leaves nothing behind."""
+    if run_dir is None or not run_dir.is_dir() or runlock.holder(run_dir) is not None:
+        return  # another live command's directory (this one was refused the lock)
     entries = list(run_dir.iterdir())
-    if all(p.name == ".hydra" or p.suffix == ".log" for p in entries):
+    if all(p.name in (".hydra", runlock.LOCK_NAME) or p.suffix == ".log" for p in entries):
         shutil.rmtree(run_dir, ignore_errors=True)
         cwd, parent = Path.cwd().resolve(), run_dir.resolve().parent  # e.g. outputs/robot-cbm/
         while parent != cwd and cwd in parent.parents and parent.is_dir() and not any(parent.iterdir()):

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cbm.config import ConfigError, to_dataclass
-from cbm.experiments.common import CONF_DIR, clean_errors, fail
+from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
 from cbm.vlm.concept_extraction import (
     ExtractionResult,
     example_images,
@@ -167,6 +167,8 @@ def run(argv: list[str]) -> None:
     out = Path(str(opts.out))
     check_creatable(str(out.parent), "out")
 
+    if dry_run(PROG):  # CBM_DRY_RUN=1: the command line is valid
+        return
     data = load_data(data_cfg, opts.cache_dir)
     rows = example_rows(data, opts.split, opts.n_per_class, opts.seed)
     images = example_images(data, rows)

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from cbm.config import to_dataclass
 from cbm.config.safe_paths import check_file_path
-from cbm.experiments.common import CONF_DIR, clean_errors, fail
+from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
 from synthetic.atomic import save_npz_atomic, savefig_atomic
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.registry import data_config, load_data
@@ -137,6 +137,8 @@ def run(argv: list[str]) -> None:
     opts = to_dataclass(DataCliConfig, raw, "cbm-data")
     if opts.out and command != "info":
         check_file_path(opts.out, "out")  # before the data is made: a file name, not a directory
+    if dry_run("cbm-data"):  # CBM_DRY_RUN=1: the command line is valid
+        return
     data = load_data(data_cfg, opts.cache_dir)
     if command == "info":
         print(info_text(data))

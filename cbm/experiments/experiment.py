@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -28,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
+from cbm.experiments import lifeline, runlock
 from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import say, write_json_atomic
+from cbm.experiments.common import DRY_RUN_ENV, say, write_json_atomic
 from cbm.experiments.plan import STAGES, Cell, plan
 from synthetic.atomic import ensure_dir
 
@@ -43,6 +45,9 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
     from cbm.experiments import automate, intervene, train
     from cbm.experiments.cli import compose_plain, explain
 
+    if "experiment" in cfg:  # a preset without '# @package _global_' lands under this key
+        raise ConfigError("experiment: the preset was not merged into the config: a preset is a YAML mapping of "
+                          "settings whose first line is '# @package _global_' (as in conf/experiment/)")  # fmt: skip
     c = validate_schema(cfg)
     seen: set[tuple[str, ...]] = set()
     checks = {"train": lambda j: train.validate(j), "intervene": lambda j: intervene.validate(j, check_paths=False),
@@ -73,44 +78,105 @@ def command(cell: Cell) -> list[str]:
     return [sys.executable, "-m", module, *cell.overrides]
 
 
-def run_cell(cell: Cell, threads: int, root: Path) -> dict[str, Any]:
+class Running:
+    """The cell processes alive now, so an interrupted experiment stops them (and starts no more)."""
+
+    def __init__(self) -> None:
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | None:
+        with self.lock:
+            if self.stopping:
+                return None
+            proc = lifeline.start(cmd, out, env)
+            self.procs.add(proc)
+            return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        code = proc.wait()
+        with self.lock:
+            self.procs.discard(proc)
+        return code
+
+    def stop_all(self) -> None:
+        with self.lock:
+            self.stopping = True
+            procs = list(self.procs)
+        for proc in procs:
+            lifeline.stop(proc)
+
+
+#: Files a cell's directory holds before its command starts (not leftovers of an earlier attempt).
+OWN_FILES = ("cell.json", "output.txt", runlock.LOCK_NAME)
+
+
+def clear_leftovers(cell: Cell) -> None:
+    """Remove what a killed attempt left in a cell that starts afresh (its command would refuse a
+    directory holding a run); the caller made sure no live process holds the cell."""
+    if not cell.dir.is_dir():
+        return
+    for p in cell.dir.iterdir():
+        if p.name in OWN_FILES:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def run_cell(cell: Cell, threads: int, root: Path, running: Running | None = None) -> dict[str, Any]:
     """Run one cell to completion; its status, wall time and (on failure) the error line. The
     record names the cell's directory relative to the experiment's (the report reads it there)."""
     record: dict[str, Any] = {"key": cell.key, "stage": cell.stage, "setting": cell.setting, "model": cell.model,
                               "seed": cell.seed, "dir": str(cell.dir.relative_to(root)), "skipped": cell.skipped}  # fmt: skip
+    busy = runlock.holder(cell.dir)
+    if busy is not None:  # e.g. a cbm-train run by hand with hydra.run.dir=<this cell>
+        return {**record, "status": "failed", "seconds": None, "note": f"in use by {runlock.describe(busy)}"}
     state = cell.state()
     if state == "done":
         return {**record, "status": "done", "seconds": None, "note": "finished earlier"}
     blocked = [n.key for n in cell.needs if not n.result.is_file()]
     if blocked:
         return {**record, "status": "blocked", "seconds": None, "note": f"needs {', '.join(blocked)}"}
+    if state == "fresh":
+        clear_leftovers(cell)  # an attempt killed before its first checkpoint
     cmd = command(cell)
     ensure_dir(cell.dir)
     write_json_atomic(cell.dir / "cell.json", {"fingerprint": cell.fingerprint(), "stage": cell.stage, "overrides": cell.overrides})
     env = {**os.environ, "CBM_NO_PRECHECK": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env.pop(DRY_RUN_ENV, None)
+    running = running or Running()
     start = time.perf_counter()
-    with open(cell.dir / "output.txt", "w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
+    proc = running.start(cmd, cell.dir / "output.txt", env)
+    if proc is None:
+        return {**record, "status": "failed", "seconds": None, "note": "interrupted before it started"}
+    code = running.wait(proc)
     seconds = round(time.perf_counter() - start, 2)
-    if proc.returncode == 0 and cell.result.is_file():
+    if code == 0 and cell.result.is_file():
         return {**record, "status": "done", "seconds": seconds, "note": "resumed" if state == "resume" else ""}
     lines = [ln.strip() for ln in (cell.dir / "output.txt").read_text(errors="replace").splitlines() if ln.strip()]
     errors = [ln for ln in lines if ": error: " in ln or "Error" in ln]
-    why = (errors or lines or [f"exit code {proc.returncode}"])[-1]
+    why = (errors or lines or [f"exit code {code}"])[-1]
     return {**record, "status": "failed", "seconds": seconds, "note": why[:300]}
 
 
 def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save) -> None:
-    """Run the cells, trainings first, ``jobs`` at a time; ``log`` gets each cell's record."""
+    """Run the cells, trainings first, ``jobs`` at a time; ``log`` gets each cell's record. An
+    interruption (Ctrl-C) kills the running cells and starts no more."""
     threads = max(1, (os.cpu_count() or 1) // jobs)
     total = len(cells)
     done = 0
     lock = threading.Lock()  # one writer of the log, the console and the manifest at a time
+    running = Running()
 
     def one(cell: Cell) -> None:
         nonlocal done
-        rec = run_cell(cell, threads, root)
+        rec = run_cell(cell, threads, root, running)
         with lock:
+            if running.stopping:
+                return
             log[cell.key] = rec
             done += 1
             _report_cell(cell, rec, done, total)
@@ -123,15 +189,26 @@ def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, A
 
     for stage in ("train", "intervene", "automate"):  # every training before the analyses
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(one, [c for c in cells if c.stage == stage]))
+            try:
+                list(pool.map(one, [c for c in cells if c.stage == stage]))
+            except BaseException:
+                running.stop_all()
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
 
 
 def run(cfg: DictConfig | dict) -> dict[str, Any]:
-    """Run (or resume) the experiment and write its report; the manifest."""
-    from cbm.experiments.report import write_experiment_report
-
+    """Run (or resume) the experiment and write its report, holding ``output_dir``'s lock (a second
+    experiment on the same directory is refused with one line naming this one); the manifest."""
     c = cfg if isinstance(cfg, ExperimentConfig) else validate_schema(cfg)
     root = ensure_dir(c.output_dir)
+    with runlock.hold(root, "wait for it to finish or choose another output_dir"):
+        return _run(c, root)
+
+
+def _run(c: ExperimentConfig, root: Path) -> dict[str, Any]:
+    from cbm.experiments.report import write_experiment_report
+
     cells = plan(c)
     changed = [cell.key for cell in cells if cell.state() == "changed"]
     if changed:
@@ -148,7 +225,7 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
         write_json_atomic(root / MANIFEST, manifest)
 
     start = time.perf_counter()
-    execute(cells, c.jobs, Path(c.output_dir), log, save)
+    execute(cells, c.jobs, root, log, save)
     manifest["wall_s"] = round(time.perf_counter() - start, 1)
     save()
     table = write_experiment_report(root)

@@ -20,18 +20,22 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config import ConfigError, to_dataclass
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
+from cbm.experiments import runlock
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import (
     clean_errors,
+    dry_run,
     log_to,
     markdown_table,
     say,
     write_json_atomic,
     write_text_atomic,
 )
+from cbm.experiments.lifeline import die_with_parent
 from cbm.models.config import model_config_class
 from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
+from synthetic.resources import check_footprint
 
 log = logging.getLogger("cbm.train")
 
@@ -49,6 +53,7 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     model_cfg = as_dict(to_dataclass(model_config_class(name), model_raw, "model"))
     if name == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
         raise ConfigError("trainer.checkpoint_monitor=concept_auroc: a black box has no concepts (use task_loss, task_acc or last)")
+    check_footprint(data, train.data_storage, train.cache_dir)  # fits in memory / on disk
     sizes = data.split_sizes
     for split, why in (("train", "to train on"), ("val", "to choose the best checkpoint"), ("test", "to test on")):
         if sizes.get(split, 0) < 1:
@@ -257,13 +262,20 @@ hydra_main = hydra_app(
 
 @clean_errors("cbm-train")
 def resume_main(run_dir: str, overrides: list[str]) -> None:
+    if Path(run_dir).is_dir():
+        runlock.check_free(run_dir, "it is still running")
     cfg = resume_config(run_dir, overrides)
-    log_to(Path(run_dir), "train")
-    run(cfg, resume=True)
+    validate(cfg)
+    if dry_run("cbm-train"):
+        return
+    with runlock.hold(run_dir, "it is still running"):
+        log_to(Path(run_dir), "train")
+        run(cfg, resume=True)
 
 
 def main() -> None:
     """``cbm-train [overrides]`` (a Hydra app) or ``cbm-train resume=<run dir> [trainer.max_epochs=N ...]``."""
+    die_with_parent()  # a cell of cbm-experiment does not outlive it
     resume = [a for a in sys.argv[1:] if a.startswith("resume=")]
     if resume:
         resume_main(resume[-1].partition("=")[2], [a for a in sys.argv[1:] if not a.startswith("resume=")])

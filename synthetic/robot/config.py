@@ -18,6 +18,8 @@ from synthetic.robot.concepts import load_concept_set
 from synthetic.robot.renderer import PART_NAMES
 
 MODALITIES = ("image", "tabular", "text")
+#: Bytes a robot takes in memory besides its input (labels, concepts, attributes; measured ~1 KB).
+ROW_OVERHEAD = 1000
 
 
 def _fail(where: str, msg: str) -> None:
@@ -210,6 +212,23 @@ class RobotConfig:
         """Robots per split (``train``, ``val``, ``calib``, ``test``)."""
         n_val = int(round(self.n_train * self.val_fraction))
         return {"train": self.n_train - n_val, "val": n_val, "calib": self.n_calib, "test": self.n_test}
+
+    def footprint(self, storage: str = "memory") -> dict[str, Any]:
+        """Lower bounds of the bytes the dataset takes (see :mod:`synthetic.resources`): the inputs
+        (in memory, or on disk for ``storage="disk"`` images, nowhere for ``render``) plus about
+        1 KB a row of labels, concepts and attributes in memory."""
+        from synthetic.robot.attributes import TABULAR_NAMES
+        from synthetic.robot.text import MAX_LEN
+
+        rows = (self.n_train + self.n_calib + self.n_test) * self.renders_per_robot
+        image = self.modality == "image"
+        x = {"image": self.image_size**2 * 3, "tabular": len(TABULAR_NAMES) * 4, "text": MAX_LEN * 8}[self.modality]
+        on_disk = image and storage == "disk"
+        in_memory = not image or storage == "memory"
+        form = f"{self.image_size} px images" if image else self.modality
+        return {"rows": rows, "unit": "robots" if self.renders_per_robot == 1 else "renders", "form": form,
+                "memory": rows * (ROW_OVERHEAD + (x if in_memory else 0)), "disk": rows * x if on_disk else 0,
+                "disk_possible": image, "knobs": ["n_train", "n_calib", "n_test"]}  # fmt: skip
 
     def noise_rates(self, concept_names: list[str]) -> list[float]:
         """Flip rate of each concept of the chosen set."""

@@ -11,6 +11,8 @@ from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs,
 #: ``lo-hi:weight`` entries (2 = near-valid minimum: one failing check is impossible).
 DEFAULT_FAIL_COUNTS = "2:0.2, 3:0.15, 4:0.15, 5-6:0.15, 7-9:0.15, 10-18:0.12, 19-27:0.08"
 DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
+#: Bytes a board takes in memory besides its image (board, checks, labels, render seeds).
+ROW_OVERHEAD = 2000
 
 
 @dataclass
@@ -126,6 +128,21 @@ class SudokuConfig:
         if self.boards_per_mip_seed == 0:
             return self.n_mip_seeds
         return min(self.n_mip_seeds, max(1, -(-self.n_total // self.boards_per_mip_seed)))
+
+    def footprint(self, storage: str = "memory") -> dict[str, Any]:
+        """Lower bounds of the bytes the dataset takes (see :mod:`synthetic.resources`): the inputs
+        (in memory, or on disk for ``storage="disk"`` images, nowhere for ``render``) plus about
+        2 KB a board of boards, checks and labels in memory."""
+        from synthetic.sudoku.render import image_size
+
+        image = self.modality == "image"
+        x = image_size(self.cell_size) ** 2 if image else 729 * 4
+        on_disk = image and storage == "disk"
+        in_memory = not image or storage == "memory"
+        form = f"{self.cell_size} px cells" if image else "tabular"
+        return {"rows": self.n_total, "unit": "boards", "form": form,
+                "memory": self.n_total * (ROW_OVERHEAD + (x if in_memory else 0)), "disk": self.n_total * x if on_disk else 0,
+                "disk_possible": image, "knobs": ["n_train", "n_val", "n_calib", "n_test"]}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,136 @@
+"""Every example line a command's ``--help`` prints is accepted: run as a dry run (``CBM_DRY_RUN=1``:
+the real entry point validates the whole command line, then stops), with the placeholders (``<run>``,
+``outputs/robot-cbm/<time>``, ``/models/tiny-vlm``) replaced by fixture paths. Nothing may be left
+behind. Examples that need a CUDA GPU are accepted as the one-line GPU refusal on a machine without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cbm.experiments.cli import compose_plain
+
+PROGS = ["cbm-train", "cbm-intervene", "cbm-automate", "cbm-experiment", "cbm-edct", "cbm-finetune", "cbm-icl",
+         "cbm-concepts", "cbm-data", "cbm-report"]  # fmt: skip
+BIN = Path(sys.executable).parent
+#: Examples whose validation takes long (every cell of a table; a VLM written): ``-m slow``.
+SLOW_PROGS = ("cbm-experiment", "cbm-finetune")
+SLOW = pytest.mark.slow
+#: The hosted-endpoint examples assume their API keys are set (a dry run never sends them).
+KEYS = {"OPENAI_API_KEY": "sk-dry-run", "OPENROUTER_API_KEY": "sk-or-dry-run"}
+#: Refusals that only say this machine has no GPU (the example is right on one with a GPU).
+NO_GPU = re.compile(r"(no CUDA|CUDA GPU|cuda.*not available|no GPU)", re.I)
+
+
+def help_text(prog: str) -> str:
+    res = subprocess.run([str(BIN / prog), "--help"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def examples(text: str) -> list[str]:
+    """The command lines under ``examples:`` (each starts with a ``cbm-`` program)."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if line.strip() == "examples:":
+            inside = True
+        elif inside and line.startswith("  cbm-"):
+            out.append(line.strip())
+        elif inside and line.strip():
+            inside = line.startswith("  ")  # a continuation; anything else ends the block
+    return out
+
+
+def all_examples() -> list:
+    """A ``pytest.param`` per example line (the ``--help`` of every command run side by side)."""
+    procs = {p: subprocess.Popen([str(BIN / p), "--help"], stdout=subprocess.PIPE, text=True) for p in PROGS}
+    cases = []
+    for prog, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, prog
+        for i, line in enumerate(examples(out)):
+            cases.append(pytest.param(line, id=f"{prog}-{i}", marks=SLOW if prog in SLOW_PROGS or "/models/" in line else ()))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory) -> dict[str, Path]:
+    """Stand-ins for the placeholders: a killed-run directory (config + checkpoints, no metrics, so
+    ``resume=`` accepts it), a black-box run, a model directory, a concept set and a pairs file."""
+    root = tmp_path_factory.mktemp("help-examples")
+    cfg = compose_plain("train", ["data.modality=tabular", f"hydra.run.dir={root / 'run'}"])
+    job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    for name in ("run", "bb"):
+        (root / name / "checkpoints").mkdir(parents=True)
+        for ckpt in ("best.ckpt", "last.ckpt"):
+            (root / name / "checkpoints" / ckpt).write_bytes(b"")
+        OmegaConf.update(job, "output_dir", str(root / name))
+        (root / name / "config.yaml").write_text(OmegaConf.to_yaml(job, resolve=True))
+    concepts = Path(__file__).parents[2] / "synthetic" / "robot" / "concept_sets" / "fine.yaml"
+    shutil.copy(concepts, root / "vlm.yaml")
+    write_pairs(root / "pairs.jsonl")
+    return {"run": root / "run", "bb": root / "bb", "concepts": root / "vlm.yaml", "pairs": root / "pairs.jsonl"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny random VLM written by ``python -m cbm.vlm.tiny`` (no download), for ``/models/...``."""
+    model = tmp_path_factory.mktemp("models") / "tiny-vlm"
+    res = subprocess.run([sys.executable, "-m", "cbm.vlm.tiny", str(model)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return model
+
+
+def write_pairs(path: Path) -> None:
+    """A small counterfactual Q/A file (``data.jsonl=``): pairs of an original and its counterfactual."""
+    from PIL import Image
+
+    from cbm.vlm.finetune.data import SPLITS
+
+    Image.new("RGB", (32, 32), (200, 100, 50)).save(path.parent / "robot.png")
+    rows = [{"image": "robot.png", "question": "Is it a Glorp?", "answer": answer, "split": split, "pair_id": f"p{i}"}
+            for i in range(4) for split, answer in zip(SPLITS, ("yes", "no"))]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def fill(line: str, places: dict[str, Path]) -> list[str]:
+    """The example's argv with the placeholders replaced by fixture paths."""
+    line = re.sub(r"outputs/[\w-]+/<time>", str(places["run"]), line)
+    line = line.replace("<black-box run>", str(places["bb"])).replace("<run>", str(places["run"]))
+    if "/models/" in line:
+        line = re.sub(r"/models/[\w.-]+", str(places["model"]), line)
+    line = line.replace("data.concept_set=vlm.yaml", f"data.concept_set={places['concepts']}")
+    return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))
+
+
+@pytest.mark.parametrize("line", all_examples())
+def test_help_example_is_accepted(line, places, tmp_path, request):
+    if "/models/" in line:
+        places = {**places, "model": request.getfixturevalue("model_dir")}
+    prog, *args = fill(line, places)
+    env = {**os.environ, **KEYS, "CBM_DRY_RUN": "1", "PYTHONWARNINGS": "ignore"}
+    before = set(tmp_path.rglob("*"))
+    res = subprocess.run([str(BIN / prog), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    err = res.stderr.strip()
+    if res.returncode == 2 and NO_GPU.search(err) and len(err.splitlines()) == 1:
+        import torch
+
+        assert not torch.cuda.is_available(), err  # refused only for want of a GPU
+        return
+    assert res.returncode == 0, f"{line}\n{res.stdout[-1500:]}\n{err[-1500:]}"
+    assert "dry run" in res.stdout, res.stdout[-1500:]
+    assert set(tmp_path.rglob("*")) == before  # a dry run writes nothing
+
+
+def test_examples_are_found():
+    assert len(examples(help_text("cbm-experiment"))) >= 4 and len(examples(help_text("cbm-data"))) == 3
