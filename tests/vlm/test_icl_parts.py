@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from cbm.vlm.icl import dl, stats
+from cbm.vlm.icl.datasets import ICLDataset
 from cbm.vlm.icl.episodes import EpisodeGrid, load_episodes, make_episodes, save_episodes
 from cbm.vlm.icl.judge import METRICS, parse_scores, reproducibility
 from cbm.vlm.icl.parse import bullet_features, count_issues, parse_reply
@@ -42,14 +43,15 @@ def test_episode_grid_is_26_runs_disjoint_and_deterministic(tmp_path):
     assert all(set(e.labels) == set(e.classes) for e in named)
     # saved as JSON and reused; another grid or dataset is refused in one line
     path = tmp_path / "toy.json"
-    save_episodes(path, eps, grid, {"kind": "toy"})
+    toy = ICLDataset("toy", NAMES, LABELS, lambda i: None, {"kind": "toy"})
+    save_episodes(path, eps, grid, toy.fingerprint)
     assert json.loads(path.read_text())["episodes"][0]["support"][0].keys() == {"index", "cls", "label"}
-    assert [e.to_json() for e in load_episodes(path, grid, {"kind": "toy"})] == [e.to_json() for e in eps]
+    assert [e.to_json() for e in load_episodes(path, grid, toy)] == [e.to_json() for e in eps]
     with pytest.raises(ValueError, match="episodes made for other settings"):
-        load_episodes(path, EpisodeGrid(seed=1), {"kind": "toy"})
+        load_episodes(path, EpisodeGrid(seed=1), toy)
     path.write_text("{not json")
     with pytest.raises(ValueError, match="not an episodes file"):
-        load_episodes(path, grid, {"kind": "toy"})
+        load_episodes(path, grid, toy)
 
 
 def test_episodes_need_enough_classes_and_items():

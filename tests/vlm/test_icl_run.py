@@ -288,4 +288,4 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver, table)
     assert "E5 checker:" in done.stdout + done.stderr and (out / "radar.png").is_file()
     assert json.loads((out / "results.json").read_text())["trials"] == 2 * 13
     bad = subprocess.run([*exe, *roles, "episodes.k_shots=[0]"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip() == "cbm-icl: error: episodes.k_shots: each K must be >= 1, got [0]"
+    assert bad.returncode == 2 and bad.stderr.strip() == "cbm-icl: error: episodes.k_shots: distinct K, each >= 1, got [0]"

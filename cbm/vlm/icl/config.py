@@ -1,16 +1,21 @@
-"""Typed settings of ``cbm-icl`` (``conf/icl.yaml``), validated before any request."""
+"""Typed settings of ``cbm-icl`` (``conf/icl.yaml``), validated before any request: every field of
+its type, every number in range, every prompt template with only its own placeholders."""
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cbm.config.safe_paths import check_component
 from cbm.vlm.config import ClientConfig
+from cbm.vlm.icl.datasets import MAX_IMAGE_PIXELS
 from cbm.vlm.icl.episodes import EpisodeGrid
 from cbm.vlm.icl.parse import CONDITION_TAGS
 from cbm.vlm.icl.stats import CORRECTIONS
+from cbm.vlm.images import PIL_CEILING
+from cbm.vlm.templates import check_template
+from cbm.vlm.typed import check_fields, nested
 
 #: Prompt templates and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -22,6 +27,8 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "judge_global": ("classes", "response", "output"),
     "rubric": (),
 }
+#: Per-condition tables of ``prompts`` (one entry per condition) and their placeholders.
+PROMPT_TABLES: dict[str, tuple[str, ...]] = {"instructions": ("options",), "descriptions": ("options",)}
 
 
 @dataclass
@@ -33,8 +40,9 @@ class JudgeOptions:
     reproducibility_temperature: float = 0.7
 
     def __post_init__(self) -> None:
-        if self.reproducibility_repeats < 0 or self.reproducibility_repeats == 1:
-            raise ValueError("judge_options.reproducibility_repeats: 0 (off) or >= 2 repeated runs")
+        check_fields(self, "judge_options.")
+        if not (self.reproducibility_repeats == 0 or 2 <= self.reproducibility_repeats <= 100):
+            raise ValueError("judge_options.reproducibility_repeats: 0 (off) or >= 2 repeated runs (at most 100)")
         if not 0.0 < self.reproducibility_temperature <= 2.0:
             raise ValueError("judge_options.reproducibility_temperature: must lie in (0, 2]")
 
@@ -45,8 +53,11 @@ class StatsOptions:
     human_scores: str | None = None  # CSV: trial, metric columns (1-5) -> judge vs human agreement
 
     def __post_init__(self) -> None:
+        check_fields(self, "statistics.")
         if self.correction not in CORRECTIONS:
             raise ValueError(f"statistics.correction: '{self.correction}' is not one of {', '.join(CORRECTIONS)}")
+        if self.human_scores is not None and not Path(self.human_scores).is_file():
+            raise ValueError(f"statistics.human_scores: '{self.human_scores}' is not a file (a CSV: trial + metric columns)")
 
 
 @dataclass
@@ -63,18 +74,24 @@ class ICLConfig:
     statistics: StatsOptions = field(default_factory=StatsOptions)
     cache_dir: str | None = None  # dataset cache
     progress: bool | None = None
+    #: Largest image (pixels) read from an image folder or torchvision dataset; refused before decoding.
+    max_image_pixels: int = MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
-        if isinstance(self.episodes, dict):
-            self.episodes = EpisodeGrid(**self.episodes)
-        if isinstance(self.judge_options, dict):
-            self.judge_options = JudgeOptions(**self.judge_options)
-        if isinstance(self.statistics, dict):
-            self.statistics = StatsOptions(**self.statistics)
+        self.episodes = nested(EpisodeGrid, self.episodes, "episodes")
+        self.judge_options = nested(JudgeOptions, self.judge_options, "judge_options")
+        self.statistics = nested(StatsOptions, self.statistics, "statistics")
+        for part in ("models", "datasets"):  # name each entry that is not a mapping
+            table = getattr(self, part)
+            for name, value in table.items() if isinstance(table, dict) else ():
+                if not isinstance(value, dict):
+                    raise ValueError(f"{part}.{name}: must be a mapping of settings, got {type(value).__name__} {repr(value)[:60]}")
+        check_fields(self)
+        for part in ("models", "datasets"):  # their names become record and episode file names
+            for name in getattr(self, part):
+                check_component(name, part)
         if not self.models:
             raise ValueError("models: at least one model under test (name: client settings)")
-        for name in [*self.models, *self.datasets]:  # records/<model>/<dataset>/..., episodes/<dataset>.json
-            check_component(name, "models" if name in self.models else "datasets")
         for role, settings in [*((f"models.{k}", v) for k, v in self.models.items()), ("judge", self.judge)]:
             try:
                 ClientConfig.from_mapping(dict(settings))
@@ -83,32 +100,40 @@ class ICLConfig:
         unknown = [c for c in self.conditions if c not in CONDITION_TAGS]
         if unknown or not self.conditions:
             raise ValueError(f"conditions: unknown {unknown} (choose from {', '.join(CONDITION_TAGS)})")
+        if len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(f"conditions: each condition once, got {self.conditions}")
         if not self.datasets:
             raise ValueError("datasets: at least one dataset")
         for name, spec in self.datasets.items():
-            if not isinstance(spec, dict) or "kind" not in spec:
+            if "kind" not in spec:
                 raise ValueError(f"datasets.{name}: needs a kind (robot, sudoku, imagefolder, torchvision)")
+        if not 1 <= self.max_image_pixels <= PIL_CEILING:
+            raise ValueError(f"max_image_pixels: must lie in [1, {PIL_CEILING}] (PIL's own limit), got {self.max_image_pixels}")
+        if self.episodes_dir is not None and not self.episodes_dir.strip():
+            raise ValueError("episodes_dir: empty (null: <output_dir>/episodes)")
         check_prompts(self.prompts, self.conditions)
 
 
 def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
-    """Every template is there, uses only its placeholders, and every condition has an instruction
-    and a description."""
+    """Every template is there, is a string and uses only its placeholders, written plainly; every
+    condition has an instruction and a description; no unknown template."""
     missing = sorted(set(PROMPT_FIELDS) - set(prompts))
     if missing:
         raise ValueError(f"prompts: missing template(s) {missing}")
-    checks = [(name, prompts[name], allowed) for name, allowed in PROMPT_FIELDS.items()]
-    for part in ("instructions", "descriptions"):
-        table = prompts.get(part) or {}
+    extra = sorted(set(prompts) - set(PROMPT_FIELDS) - set(PROMPT_TABLES))
+    if extra:
+        raise ValueError(f"prompts: unknown template(s) {extra} (known: {', '.join([*PROMPT_FIELDS, *PROMPT_TABLES])})")
+    for name, allowed in PROMPT_FIELDS.items():
+        check_template(name, prompts[name], allowed)
+    for part, allowed in PROMPT_TABLES.items():
+        table = prompts.get(part)
+        if not isinstance(table, dict):
+            raise ValueError(f"prompts.{part}: must be a mapping condition -> text, got {type(table).__name__}")
         absent = [c for c in conditions if c not in table]
         if absent:
             raise ValueError(f"prompts.{part}: no entry for {absent}")
-        checks += [(f"{part}.{c}", table[c], ("options",)) for c in conditions]
-    for name, text, allowed in checks:
-        try:
-            used = {f for _, f, _, _ in string.Formatter().parse(str(text)) if f}
-        except ValueError as err:
-            raise ValueError(f"prompts.{name}: bad template ({err}); write literal braces as {{{{ }}}}") from None
-        unknown = sorted(used - set(allowed))
-        if unknown:
-            raise ValueError(f"prompts.{name}: unknown placeholder(s) {unknown} (available: {', '.join(allowed) or 'none'})")
+        odd = sorted(str(c) for c in table if c not in CONDITION_TAGS)
+        if odd:
+            raise ValueError(f"prompts.{part}: unknown condition(s) {odd} (choose from {', '.join(CONDITION_TAGS)})")
+        for c, text in table.items():
+            check_template(f"{part}.{c}", text, allowed)

@@ -16,6 +16,7 @@ with exact labels:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,13 @@ import numpy as np
 
 SUDOKU_CLASSES = ("valid", "two columns broken", "two rows broken", "boxes broken")
 DATASET_KINDS = ("robot", "sudoku", "imagefolder", "torchvision")
+#: Default largest image (width x height) read from disk; larger files are refused before they are
+#: decoded (a decompression bomb is a few KB of PNG that decodes to gigabytes).
+MAX_IMAGE_PIXELS = 50_000_000
+#: Most boards per class of the built-in Sudoku dataset.
+MAX_SUDOKU_PER_CLASS = 5000
+#: The image files an image folder lists (torchvision's ImageFolder extensions).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 @dataclass
@@ -34,13 +42,22 @@ class ICLDataset:
     labels: np.ndarray  # int64 [N], index into class_names
     image: Callable[[int], Any]  # item -> uint8 array or PIL image
     fingerprint: dict[str, Any]  # what the episodes were made from (saved beside them)
+    on_disk: bool = False  # images decoded from files: each one an episode uses is decoded once up front
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def check_images(self, indices: Any) -> None:
+        """Decode each item in ``indices`` once (files: so a corrupt or oversized one stops the run
+        with one line before any request, not halfway through)."""
+        if self.on_disk:
+            for i in sorted({int(i) for i in indices}):
+                self.image(i)
 
-def make_dataset(name: str, spec: dict[str, Any], cache_dir: str | None = None) -> ICLDataset:
-    """The dataset ``spec`` describes (``kind`` one of :data:`DATASET_KINDS`)."""
+
+def make_dataset(name: str, spec: dict[str, Any], cache_dir: str | None = None, max_pixels: int = MAX_IMAGE_PIXELS) -> ICLDataset:
+    """The dataset ``spec`` describes (``kind`` one of :data:`DATASET_KINDS`); images read from
+    files larger than ``max_pixels`` are refused."""
     spec = dict(spec)
     kind = spec.pop("kind", name)
     if kind == "robot":
@@ -48,10 +65,18 @@ def make_dataset(name: str, spec: dict[str, Any], cache_dir: str | None = None) 
     if kind == "sudoku":
         return _sudoku(name, spec)
     if kind == "imagefolder":
-        return _imagefolder(name, spec)
+        return _imagefolder(name, spec, max_pixels)
     if kind == "torchvision":
-        return _torchvision(name, spec)
+        return _torchvision(name, spec, max_pixels)
     raise ValueError(f"datasets.{name}.kind: unknown kind '{kind}' (choose from: {', '.join(DATASET_KINDS)})")
+
+
+def _need(name: str, spec: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str, default: Any = None) -> Any:
+    """``spec[key]`` (or ``default``) when of type ``kind`` (a bool is not an int); else one line."""
+    value = spec.pop(key, default)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise ValueError(f"datasets.{name}.{key}: must be {what}, got {type(value).__name__} {repr(value)[:60]}")
+    return value
 
 
 def _robot(name: str, spec: dict[str, Any], cache_dir: str | None) -> ICLDataset:
@@ -60,9 +85,9 @@ def _robot(name: str, spec: dict[str, Any], cache_dir: str | None) -> ICLDataset
     from synthetic.robot.attributes import FOOT_SUBTYPES, HAND_SUBTYPES, META_INDEX, PALETTE_NAMES
     from synthetic.robot.generator import CLASS_NAMES
 
-    class_by = spec.pop("class_by", "hand_subtype")
-    split = spec.pop("split", "test")
-    data_spec = {"name": "robot", **dict(spec.pop("data", {}))}
+    class_by = _need(name, spec, "class_by", str, "a string", "hand_subtype")
+    split = _need(name, spec, "split", str, "a string", "test")
+    data_spec = {"name": "robot", **_need(name, spec, "data", dict, "a mapping of robot data settings", {})}
     if spec:
         raise ValueError(f"datasets.{name}: unknown keys {sorted(spec)} (kind, class_by, split, data)")
     names = {"hand_subtype": [f"{h} hands" for h in HAND_SUBTYPES], "foot_subtype": [f"{f} feet" for f in FOOT_SUBTYPES],
@@ -117,54 +142,112 @@ def sudoku_boards(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sudoku(name: str, spec: dict[str, Any]) -> ICLDataset:
+    from synthetic.sudoku.config import SudokuConfig
     from synthetic.sudoku.render import render_boards
 
-    per_class = int(spec.pop("per_class", 40))
-    seed = int(spec.pop("seed", 0))
+    per_class = _need(name, spec, "per_class", int, "an integer", 40)
+    seed = _need(name, spec, "seed", int, "an integer", 0)
+    if not 1 <= per_class <= MAX_SUDOKU_PER_CLASS:
+        raise ValueError(f"datasets.{name}.per_class: must lie in [1, {MAX_SUDOKU_PER_CLASS}], got {per_class}")
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"datasets.{name}.seed: must lie in [0, 2**32), got {seed}")
+    options = ("cell_size", "style", "glyph_variants", "pencil_prob", "pencil_max", "blur", "noise")
+    unknown = sorted(str(k) for k in spec if k not in options)
+    if unknown:
+        raise ValueError(f"datasets.{name}: unknown keys {unknown} (kind, per_class, seed, {', '.join(options)})")
     render = {"cell_size": 28, "style": "printed", **spec}
+    try:
+        SudokuConfig(**render)  # the render options' types and ranges
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"datasets.{name}: bad render option ({err})") from None
     boards, labels = sudoku_boards(per_class, seed)
     seeds = np.random.default_rng(seed + 1).integers(0, 2**62, size=len(boards))
-    try:
-        render_boards(boards[:1], seeds=seeds[:1], glyph_seed=seed, **render)
-    except TypeError as err:
-        raise ValueError(f"datasets.{name}: bad render option ({err})") from None
     return ICLDataset(name, list(SUDOKU_CLASSES), labels,
                       lambda i: render_boards(boards[i : i + 1], seeds=seeds[i : i + 1], glyph_seed=seed, **render)[0],
                       {"kind": "sudoku", "per_class": per_class, "seed": seed, "render": render})  # fmt: skip
 
 
-def _imagefolder(name: str, spec: dict[str, Any]) -> ICLDataset:
-    from torchvision.datasets import ImageFolder
+def _imagefolder(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset:
+    """``root/<class>/.../<image>``, classes and files in sorted order (as torchvision's
+    ImageFolder lists them, without importing it); every file's header is read up front, so a
+    file that is not an image or is over ``max_pixels`` is refused before any episode is drawn."""
+    from PIL import Image
 
-    root = spec.get("root")
-    if not root or not Path(root).is_dir():
+    from cbm.vlm.images import check_pixels, load_image
+
+    root = _need(name, spec, "root", str, "a directory (root/<class>/<image>)")
+    if spec:
+        raise ValueError(f"datasets.{name}: unknown keys {sorted(spec)} (kind, root)")
+    if not Path(root).is_dir():
         raise ValueError(f"datasets.{name}.root: '{root}' is not a directory (an image folder: root/<class>/<image>)")
-    try:
-        ds = ImageFolder(str(root))
-    except (FileNotFoundError, RuntimeError) as err:
-        raise ValueError(f"datasets.{name}: {root}: {err}") from None
-    return ICLDataset(name, list(ds.classes), np.asarray(ds.targets, np.int64), lambda i: ds[i][0].convert("RGB"),
-                      {"kind": "imagefolder", "root": str(Path(root).resolve()), "n": len(ds)})  # fmt: skip
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    files: list[str] = []
+    targets: list[int] = []
+    for c, cls in enumerate(classes):
+        for dirpath, _, names in sorted(os.walk(Path(root) / cls)):
+            for f in sorted(names):
+                if f.lower().endswith(IMAGE_EXTENSIONS):
+                    files.append(os.path.join(dirpath, f))
+                    targets.append(c)
+    if not files:
+        raise ValueError(f"datasets.{name}.root: no image files under '{root}' (root/<class>/<image>: {', '.join(IMAGE_EXTENSIONS)})")
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                check_pixels(im.size, max_pixels, f"datasets.{name}: {f}")
+        except Image.DecompressionBombError:
+            raise ValueError(f"datasets.{name}: {f}: larger than PIL's pixel limit (refused undecoded)") from None
+        except OSError as err:
+            raise ValueError(f"datasets.{name}: {f}: not a readable image ({err.strerror or err})") from None
+    return ICLDataset(name, classes, np.asarray(targets, np.int64), lambda i: load_image(files[i], max_pixels, f"datasets.{name}: {files[i]}"),
+                      {"kind": "imagefolder", "root": str(Path(root).resolve()), "n": len(files)}, on_disk=True)  # fmt: skip
 
 
-def _torchvision(name: str, spec: dict[str, Any]) -> ICLDataset:
-    import torchvision.datasets as tvd
-
-    cls_name, root = spec.get("name"), spec.get("root")
-    factory = getattr(tvd, str(cls_name), None)
-    if factory is None:
-        raise ValueError(f"datasets.{name}.name: torchvision has no dataset '{cls_name}'")
-    kwargs = {k: v for k, v in spec.items() if k not in ("name", "root", "kind")}
+def _torchvision(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset:
+    """A dataset class of ``torchvision.datasets`` (``name``) on disk at ``root``, never downloaded.
+    ``name`` must be a class deriving from ``torch.utils.data.Dataset``: nothing else of the
+    module (functions, submodules) is ever called with the user's keyword arguments."""
     import inspect
 
+    import torch.utils.data
+    import torchvision.datasets as tvd
+
+    cls_name = _need(name, spec, "name", str, "a torchvision dataset class name (e.g. MNIST, CIFAR10)")
+    root = _need(name, spec, "root", str, "a directory")
+    factory = None if cls_name.startswith("_") else getattr(tvd, cls_name, None)
+    if not (inspect.isclass(factory) and issubclass(factory, torch.utils.data.Dataset)):
+        what = f"torchvision has no dataset '{cls_name}'" if factory is None else (
+            f"'{cls_name}' is a {type(factory).__name__} of torchvision.datasets, not a dataset class")
+        raise ValueError(f"datasets.{name}.name: {what} (a class such as MNIST, CIFAR10, ImageFolder)")
+    if "download" in spec:
+        raise ValueError(f"datasets.{name}.download: datasets are read from disk only (download=False always)")
+    kwargs = dict(spec)
     offline = {"download": False} if "download" in inspect.signature(factory).parameters else {}
     try:
         ds = factory(root=str(root), **offline, **kwargs)
-    except (RuntimeError, FileNotFoundError, TypeError) as err:  # not on disk: torchvision says "Dataset not found"
-        raise ValueError(f"datasets.{name}: {cls_name} at '{root}' is not usable offline ({str(err).splitlines()[0]})") from None
-    targets = getattr(ds, "targets", None)
-    if targets is None:
-        targets = [ds[i][1] for i in range(len(ds))]
-    classes = list(getattr(ds, "classes", [str(c) for c in sorted(set(int(t) for t in targets))]))
-    return ICLDataset(name, classes, np.asarray(targets, np.int64), lambda i: ds[i][0],
-                      {"kind": "torchvision", "name": cls_name, "root": str(root), **kwargs, "n": len(ds)})  # fmt: skip
+        targets = getattr(ds, "targets", None)
+        if targets is None:
+            targets = [ds[i][1] for i in range(len(ds))]
+        targets = np.asarray(targets, np.int64)
+        classes = list(getattr(ds, "classes", None) or [str(c) for c in sorted(set(targets.tolist()))])
+    except Exception as err:  # noqa: BLE001 - a third-party class on the user's files: any failure means "not usable"
+        line = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"datasets.{name}: {cls_name} at '{root}' is not usable offline ({line})") from None
+    if targets.ndim != 1 or len(targets) == 0 or targets.min() < 0 or targets.max() >= len(classes):
+        raise ValueError(f"datasets.{name}: {cls_name} at '{root}' has no usable integer class targets")
+
+    def image(i: int) -> Any:
+        from PIL import Image
+
+        from cbm.vlm.images import check_pixels
+
+        try:
+            img = ds[i][0]
+        except Exception as err:  # noqa: BLE001 - the class decodes the user's files
+            raise ValueError(f"datasets.{name}: item {i}: cannot load the image ({type(err).__name__}: {err})") from None
+        if isinstance(img, Image.Image):
+            check_pixels(img.size, max_pixels, f"datasets.{name}: item {i}")
+        return img
+
+    return ICLDataset(name, [str(c) for c in classes], targets, image,
+                      {"kind": "torchvision", "name": cls_name, "root": str(root), **kwargs, "n": len(targets)}, on_disk=True)  # fmt: skip

@@ -10,7 +10,7 @@ resumes where it stopped (and the client's reply cache makes even a lost record 
 from __future__ import annotations
 
 import csv
-import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +28,13 @@ from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibil
 from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
+from cbm.vlm.sealed import read_json, seal, unseal
+from cbm.vlm.typed import conforms
 from synthetic.atomic import savefig_atomic, write_csv_atomic, write_json_atomic, write_text_atomic
 from synthetic.tables import markdown_table
 
 Messages = list[dict[str, Any]]
+log = logging.getLogger("cbm.vlm")
 
 
 @dataclass
@@ -47,11 +50,15 @@ class Trial:
 
 
 def episodes_for(cfg: ICLConfig, ds: ICLDataset) -> list[Episode]:
-    """The dataset's saved episodes, or new ones (saved) when there are none."""
+    """The dataset's saved episodes (checked), or new ones (saved) when there are none; every
+    image they use is decoded once first, so a bad file stops the run before anything is written."""
     path = Path(cfg.episodes_dir or Path(cfg.output_dir) / "episodes") / f"{check_component(ds.name, 'datasets')}.json"
-    eps = load_episodes(path, cfg.episodes, ds.fingerprint)
+    eps = load_episodes(path, cfg.episodes, ds)
+    fresh = eps is None
     if eps is None:
         eps = make_episodes(ds.name, ds.labels, ds.class_names, cfg.episodes)
+    ds.check_images(s.index for e in eps for s in (*e.support, *e.query))
+    if fresh:
         save_episodes(path, eps, cfg.episodes, ds.fingerprint)
     return eps
 
@@ -103,6 +110,58 @@ def features_of(parsed: Parsed) -> set[str] | None:
     return None
 
 
+def record_base(t: Trial) -> dict[str, Any]:
+    ep = t.episode
+    return {"trial": t.id, "model": t.model, "dataset": t.dataset, "condition": t.condition, "episode": ep.id,
+            "n_way": ep.n_way, "k_shot": ep.k_shot, "truth": ep.query[0].label, "truth_class": ep.query[0].cls}  # fmt: skip
+
+
+def answer_record(t: Trial, text: str) -> dict[str, Any]:
+    """An answered trial's record: the reply and everything derived from it (parse, correctness,
+    the E5 checker, the named features)."""
+    ep = t.episode
+    parsed = parse_reply(text, t.condition, ep.labels)
+    rec = {**record_base(t), "status": "answered", "reply": text, "parsed": parsed.to_json(), "correct": parsed.response == ep.query[0].label}
+    if t.condition == "E5":
+        f = parsed.fields
+        rec["checker"] = dl.check(f.get("tbox", ""), f.get("abox", ""), f.get("dl_explanation", ""), parsed.response, ep.labels).to_json()
+    feats = features_of(parsed)
+    if feats is not None:
+        rec["features"] = sorted(feats)
+    return rec
+
+
+def judged(text: str, metrics: Sequence[str]) -> dict[str, Any]:
+    s = parse_scores(text, metrics)
+    return {"complete": s.complete, **s.to_json(), "reply": text}
+
+
+#: The parts of a saved record that are kept (everything else is derived again from them).
+RECORD_SCHEMA = {"trial": str, "status": str, "reply": str, "?judge": dict, "?judge_global": dict, "?reproducibility": {"runs": [[str]]}}
+
+
+def rebuild_record(t: Trial, saved: Any) -> dict[str, Any] | None:
+    """The record of trial ``t`` rebuilt from a saved one's reply texts (``None``: not usable; an
+    errored trial is redone anyway)."""
+    if not conforms(saved, RECORD_SCHEMA) or saved["trial"] != t.id or saved["status"] != "answered":
+        return None
+    rec = answer_record(t, saved["reply"])
+    for key, metrics in (("judge", METRICS), ("judge_global", (GLOBAL_METRIC,))):
+        j = saved.get(key)
+        if j is None:
+            continue
+        if conforms(j, {"reply": str}):
+            rec[key] = judged(j["reply"], metrics)
+        elif conforms(j, {"error": str}):
+            rec[key] = {"complete": False, "error": j["error"]}
+        else:
+            return None
+    if "reproducibility" in saved:
+        runs = saved["reproducibility"]["runs"]
+        rec["reproducibility"] = {"runs": runs, "jaccard": reproducibility([set(x) for x in runs])}
+    return rec
+
+
 class Study:
     """The clients, datasets and episodes of one run, and the record store."""
 
@@ -114,7 +173,7 @@ class Study:
         self.out = Path(cfg.output_dir)
         self.models = {name: ChatClient(ClientConfig.from_mapping(dict(s)), http_client=http_client) for name, s in cfg.models.items()}
         self.judge = ChatClient(ClientConfig.from_mapping(dict(cfg.judge)), http_client=http_client)
-        self.datasets = {name: make_dataset(name, dict(spec), cfg.cache_dir) for name, spec in cfg.datasets.items()}
+        self.datasets = {name: make_dataset(name, dict(spec), cfg.cache_dir, cfg.max_image_pixels) for name, spec in cfg.datasets.items()}
         self.episodes = {name: episodes_for(cfg, ds) for name, ds in self.datasets.items()}
 
     def trials(self) -> list[Trial]:
@@ -124,16 +183,28 @@ class Study:
         return inside(self.out, self.out / "records" / trial.model / trial.dataset / trial.condition / f"{slug(trial.episode.id)}.json", "ICL record")
 
     def _load(self, trial: Trial) -> dict[str, Any] | None:
+        """The trial's saved record, rebuilt, or ``None`` (the trial is redone).
+
+        A record is a resume point, not a source of truth: everything in it derives from the
+        replies, which the client's reply cache returns again at no cost. So a record that cannot
+        be trusted (unreadable, edited since written, for another trial, of the wrong shape) is
+        treated as missing, with a warning, rather than refused; and a trusted one keeps only its
+        reply texts, from which the parse, checker, features and judge scores are derived again
+        (a record with a recomputed digest therefore cannot feed a wrong type to the tables)."""
         path = self._path(trial)
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return None  # a damaged record is made again (the replies come from the cache)
+            rec = rebuild_record(trial, unseal(read_json(path)))
+        except ValueError as err:
+            log.warning("icl: %s; the trial is redone", err)
+            return None
+        if rec is None:
+            log.warning("icl: %s changed since it was written or is not this trial's record; the trial is redone", path)
+        return rec
 
     def _save(self, trial: Trial, rec: dict[str, Any]) -> None:
-        write_json_atomic(self._path(trial), rec)
+        write_json_atomic(self._path(trial), seal(rec))
 
     def _map(self, client: Any, requests: list[Messages], desc: str, **params: Any) -> list[Any]:
         return client.map(requests, progress=self.cfg.progress, desc=desc, **params) if requests else []
@@ -162,21 +233,9 @@ class Study:
         return [recs[t.id] for t in trials]
 
     def _answer_record(self, t: Trial, reply: Any) -> dict[str, Any]:
-        ep = t.episode
-        base = {"trial": t.id, "model": t.model, "dataset": t.dataset, "condition": t.condition, "episode": ep.id,
-                "n_way": ep.n_way, "k_shot": ep.k_shot, "truth": ep.query[0].label, "truth_class": ep.query[0].cls}  # fmt: skip
         if isinstance(reply, ChatError):
-            return {**base, "status": "error", "error": str(reply)}
-        parsed = parse_reply(reply.text, t.condition, ep.labels)
-        rec = {**base, "status": "answered", "reply": reply.text, "parsed": parsed.to_json(),
-               "correct": parsed.response == ep.query[0].label}  # fmt: skip
-        if t.condition == "E5":
-            f = parsed.fields
-            rec["checker"] = dl.check(f.get("tbox", ""), f.get("abox", ""), f.get("dl_explanation", ""), parsed.response, ep.labels).to_json()
-        feats = features_of(parsed)
-        if feats is not None:
-            rec["features"] = sorted(feats)
-        return rec
+            return {**record_base(t), "status": "error", "error": str(reply)}
+        return answer_record(t, reply.text)
 
     def _reproducibility(self, trials: list[Trial], recs: dict[str, dict[str, Any]]) -> None:
         jo = self.cfg.judge_options
@@ -205,8 +264,7 @@ class Study:
             if isinstance(rep, ChatError):
                 recs[t.id][key] = {"complete": False, "error": str(rep)}
             else:
-                s = parse_scores(rep.text, metrics)
-                recs[t.id][key] = {"complete": s.complete, **s.to_json(), "reply": rep.text}
+                recs[t.id][key] = judged(rep.text, metrics)
             self._save(t, recs[t.id])
 
     def usage(self) -> dict[str, Any]:
@@ -328,27 +386,40 @@ def statistics(records: list[dict[str, Any]], conditions: list[str], correction:
     return out
 
 
-def human_agreement(path: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Judge vs human per metric from a CSV with a ``trial`` column and metric columns (1-5)."""
+def read_human_scores(path: str) -> list[dict[str, Any]]:
+    """The rows of a human-scores CSV (a ``trial`` column and metric columns, 1-5), read before the
+    run starts so a bad file costs no request; every score a number."""
     p = Path(path)
     try:
-        with p.open(newline="") as f:
+        with p.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     except OSError as err:
         raise ValueError(f"statistics.human_scores: cannot read {p} ({err.strerror})") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise ValueError(f"statistics.human_scores: {p} is not a UTF-8 CSV file ({str(err).splitlines()[0]})") from None
     if not rows or "trial" not in rows[0]:
         raise ValueError(f"statistics.human_scores: {p} needs a header with a 'trial' column and metric columns")
-    judged = {r["trial"]: r["judge"]["scores"] for r in records if r.get("judge", {}).get("scores")}
+    for i, row in enumerate(rows, 2):
+        for metric in METRICS:
+            value = (row.get(metric) or "").strip()
+            try:
+                if value and not math.isfinite(float(value)):
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"statistics.human_scores: {p} line {i}: {metric}={value!r} is not a number") from None
+    return rows
+
+
+def human_agreement(rows: list[dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Judge vs human per metric from the rows of :func:`read_human_scores`."""
+    by_trial = {r["trial"]: r["judge"]["scores"] for r in records if r.get("judge", {}).get("scores")}
     out = []
     for metric in [m for m in METRICS if m in rows[0]]:
         j, h = [], []
-        for i, row in enumerate(rows, 2):
-            if row["trial"] in judged and metric in judged[row["trial"]] and (row.get(metric) or "").strip():
-                try:
-                    h.append(float(row[metric]))
-                except ValueError:
-                    raise ValueError(f"statistics.human_scores: {p} line {i}: {metric}={row[metric]!r} is not a number") from None
-                j.append(judged[row["trial"]][metric])
+        for row in rows:
+            if row["trial"] in by_trial and metric in by_trial[row["trial"]] and (row.get(metric) or "").strip():
+                h.append(float(row[metric]))
+                j.append(by_trial[row["trial"]][metric])
         out.append({"metric": metric, **stats.judge_vs_human(j, h)})
     return out
 
@@ -388,13 +459,14 @@ def radar_chart(rows: list[dict[str, Any]], path: Path) -> None:
 
 def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
     out = Path(cfg.output_dir)
+    human = read_human_scores(cfg.statistics.human_scores) if cfg.statistics.human_scores else None
     study = Study(cfg, http_client=http_client)
     records = study.run_trials()
     tables = {"accuracy": accuracy_rows(records), "parse_errors": parse_error_rows(records), "judge": judge_rows(records),
               "checker": checker_rows(records)}  # fmt: skip
     st = statistics(records, cfg.conditions, cfg.statistics.correction)
-    if cfg.statistics.human_scores:
-        st["judge_vs_human"] = human_agreement(cfg.statistics.human_scores, records)
+    if human is not None:
+        st["judge_vs_human"] = human_agreement(human, records)
     for name, rows in tables.items():
         write_csv_atomic(out / f"{name}.csv", rows, _columns(rows))
         if name != "parse_errors":

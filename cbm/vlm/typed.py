@@ -1,0 +1,129 @@
+"""Type checks of the VLM commands' settings (``cbm-icl``, ``cbm-edct``) and of the records they
+read back, each failure one line naming the field.
+
+Hydra passes whatever was typed (``k=abc``, ``episodes=5``); the settings dataclasses are built
+from plain dicts, so without these checks a wrong type surfaces as a ``TypeError`` deep inside a
+comparison. :func:`check_fields` checks every field of a dataclass against its annotation,
+:func:`nested` builds a nested settings dataclass from a mapping (unknown keys named), and
+:func:`conforms` checks a JSON value read back from disk against a small schema.
+
+>>> conforms({"a": [1, 2], "b": None}, {"a": [int], "b": (str, None), "?c": bool})
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+_PLURAL = {int: "integers", float: "numbers", bool: "booleans", str: "strings"}
+
+
+def describe(tp: Any) -> str:
+    """``list[int] | None`` -> ``"a list of integers or null"``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a) for a in args)
+    if origin is list:
+        return f"a list of {_PLURAL.get(args[0], 'items')}" if args else "a list"
+    if origin is dict or tp is dict:
+        inner = args[1] if len(args) == 2 else Any
+        return "a mapping of mappings" if typing.get_origin(inner) is dict else "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return _NAMES.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def matches(value: Any, tp: Any) -> bool:
+    """Whether ``value`` is of the annotated type ``tp`` (a bool is not a number, numbers are
+    finite, a dict's keys are strings)."""
+    if tp is Any:
+        return True
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(matches(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(matches(v, args[0]) for v in value) if args else isinstance(value, list)
+    if origin is dict or tp is dict:
+        inner = args[1] if len(args) == 2 else Any
+        return isinstance(value, Mapping) and all(isinstance(k, str) and matches(v, inner) for k, v in value.items())
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True  # an annotation these settings do not use: not checked
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_fields(obj: Any, where: str = "") -> None:
+    """Every field of the dataclass ``obj`` holds a value of its annotated type; else
+    ``ValueError: <where><field>: must be <type>, got <value>``."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, tp = getattr(obj, f.name), hints[f.name]
+        if not matches(value, tp):
+            raise ValueError(f"{where}{f.name}: must be {describe(tp)}, got {type(value).__name__} {_shown(value)}")
+
+
+def nested(cls: type[T], value: Any, where: str) -> T:
+    """The settings dataclass ``cls`` from a mapping (``where`` names it in errors: ``episodes``);
+    an instance passes through."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: must be a mapping of settings, got {type(value).__name__} {_shown(value)}")
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(str(k) for k in value if k not in known)
+    if unknown:
+        raise ValueError(f"{where}: unknown setting(s) {unknown} (known: {', '.join(sorted(known))})")
+    return cls(**dict(value))
+
+
+def conforms(value: Any, schema: Any) -> bool:
+    """Whether a JSON value fits ``schema``: a type (``int`` excludes ``bool``, ``float`` takes an
+    ``int``), ``None``, ``Any``, a tuple (any of), a one-item list (a list of), or a dict of keys
+    (``"?key"``: optional; other keys of the value are allowed)."""
+    if schema is Any:
+        return True
+    if schema is None:
+        return value is None
+    if isinstance(schema, tuple):
+        return any(conforms(value, s) for s in schema)
+    if isinstance(schema, list):
+        return isinstance(value, list) and all(conforms(v, schema[0]) for v in value)
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return False
+        for key, sub in schema.items():
+            name = key.lstrip("?")
+            if name not in value:
+                if key.startswith("?"):
+                    continue
+                return False
+            if not conforms(value[name], sub):
+                return False
+        return True
+    if schema is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if schema is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, schema)
