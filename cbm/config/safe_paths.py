@@ -149,10 +149,28 @@ def check_hydra_names(cfg: Any) -> None:
         sub = value(key)
         if sub is not None:
             _relative_inside(str(sub), f"hydra.{key}", "the run directory")
-    for group, chosen in (value("runtime.choices") or {}).items():
-        for option in [chosen] if isinstance(chosen, str) else chosen or []:  # one option, or a list (policy=[a,b])
-            if not str(group).startswith("hydra/"):
-                _relative_inside(str(option), str(group), f"conf/{group}/")
+    chosen = [(str(g), o) for g, o in (value("runtime.choices") or {}).items() if isinstance(o, str)]
+    for group, option in chosen + _group_overrides(value("overrides.task") or []):  # policy=[a,b]: only in the overrides
+        _relative_inside(option, group, f"conf/{group.split('@')[0]}/")  # client@vlm: conf/client/
+
+
+def _group_overrides(task: Any) -> list[tuple[str, str]]:
+    """``(group, option)`` of every command-line override that chooses options of a config group of
+    ``conf/`` (``data=robot``, ``policy=[random,uncertainty]``, ``client@vlm=openai``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from cbm.config.paths import CONF_DIR
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([str(t) for t in task])
+    except Exception:  # bad syntax: Hydra itself said so already
+        return []
+    out = []
+    for o in parsed:
+        if (Path(CONF_DIR) / o.key_or_group).is_dir() and not o.is_sweep_override():
+            v = o.value()
+            out += [(o.key_or_group, x) for x in (v if isinstance(v, list) else [v]) if isinstance(x, str)]
+    return out
 
 
 def _relative_inside(s: str, what: str, where: str) -> None:

@@ -337,6 +337,22 @@ def test_cbm_data_out_is_a_file_path_checked_before_the_data_is_made(tmp_path, c
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize(
+    "override",
+    ["hydra.run.dir={tmp}/../elsewhere/run", "hydra.run.dir=/tmp/cbm-anywhere/run", "hydra.job.name=my_job",
+     "hydra.output_subdir=null", "hydra.output_subdir=meta/cfg", "hydra.sweep.subdir=sub/x", "data=robot_paper"],
+)  # fmt: skip
+def test_explicit_run_directories_and_plain_names_are_allowed(tmp_path, override):
+    """A run or sweep directory is a path the user chose: anywhere is fine (as is a relative
+    ``.hydra`` subfolder); only names that would leave it are refused."""
+    from cbm.experiments.cli import precheck
+    from cbm.experiments.train import validate
+
+    before = tree(tmp_path)
+    precheck("train", [override.format(tmp=tmp_path), "logger=csv_only"], validate)
+    assert tree(tmp_path) == before and not Path("/tmp/cbm-anywhere").exists()
+
+
 # --------------------------------------------------------------------------- end to end
 
 
