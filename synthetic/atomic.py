@@ -16,9 +16,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -183,6 +185,70 @@ def clean_orphans(directory: str | Path) -> int:
         except OSError:
             continue
         if orphan:
-            _unlink(p)
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else _unlink(p)  # dirs: atomic_dir's
             removed += 1
     return removed
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """A directory written whole or not at all: yields a temp directory beside ``path``; when the
+    block succeeds its files are ``fsync``-ed and it is renamed to ``path`` (a previous ``path`` is
+    moved aside first and removed after); when the block fails it is removed and ``path`` is as it
+    was. Readers see the old directory or the complete new one, never a partial one. I/O failures
+    become :class:`WriteError`; other exceptions pass through after the clean-up."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise WriteError(errno.EEXIST, f"cannot write {path}: a file is in the way")
+    ensure_dir(path.parent)
+    clean_orphans(path.parent)
+    tmp, old = temp_path(path), None
+    try:
+        tmp.mkdir()
+        yield tmp
+        _fsync_tree(tmp)
+        if path.exists():
+            old = temp_path(path)
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if old is not None:
+                os.replace(old, path)
+                old = None
+            raise
+        _fsync_dir(path.parent)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, WriteError):
+            raise
+        raise WriteError(err.errno, describe(err, path)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

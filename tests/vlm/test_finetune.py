@@ -135,12 +135,27 @@ def test_mcnemar_and_answer_normalisation():
     assert normalise(" Pointy.\nbecause") == "pointy" and normalise("") == ""
 
 
+def _bomb_header(path: Path, side: int) -> Path:
+    """A PNG whose header claims ``side`` x ``side`` pixels (no pixel data: nothing may decode it)."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)) + chunk(b"IEND", b""))
+    return path
+
+
 def test_bad_rows_are_reported_with_line_numbers(pairs, tmp_path):
     good = pairs[0].to_json()
-    Image.new("RGB", (4, 4)).save(tmp_path / "ok.png")
+    Image.new("RGB", (64, 64)).save(tmp_path / "ok.png")
+    Image.new("L", (8, 8)).save(tmp_path / "small_mask.png")
     (tmp_path / "broken.png").write_bytes(b"not a png")
+    _bomb_header(tmp_path / "bomb.png", 100_000)
+    ok = {**good, "image": str(tmp_path / "ok.png")}
     lines = [
-        json.dumps({**good, "image": str(tmp_path / "ok.png")}),
+        json.dumps(ok),
         "{not json",
         json.dumps({**good, "answer": "  "}),
         json.dumps({**good, "split": "train"}),
@@ -148,18 +163,34 @@ def test_bad_rows_are_reported_with_line_numbers(pairs, tmp_path):
         json.dumps({k: v for k, v in good.items() if k != "pair_id"}),
         json.dumps({**good, "image": "missing.png"}),
         json.dumps({**good, "image": "broken.png"}),
+        json.dumps({**ok, "meta": [1, 2]}),
+        json.dumps({**ok, "pair_id": True}),
+        json.dumps({**ok, "masks": "x.png"}),
+        json.dumps({**ok, "mask": "small_mask.png"}),
+        json.dumps({**ok, "image": "bomb.png"}),
+        json.dumps([1, 2]),
+        json.dumps(ok),  # the same pair and split again
+        "[" * 100_000,
+        b"\xff\xfe".decode("latin-1"),
     ]
     path = tmp_path / "rows.jsonl"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_bytes("\n".join(lines).encode("utf-8").replace("\u00ff\u00fe".encode(), b"\xff\xfe") + b"\n")
     rows, bad = load_rows(path)
     assert len(rows) == 1 and rows[0].line == 1
-    assert [b.line for b in bad] == [2, 3, 4, 6, 7, 8]
-    assert "not JSON" in bad[0].reason and bad[1].reason == "empty answer" and "unknown split 'train'" in bad[2].reason
-    assert "missing field(s) ['pair_id']" in bad[3].reason and "unreadable image" in bad[4].reason and "unreadable image" in bad[5].reason
-    with pytest.raises(BadDataError, match=r"6 bad row\(s\): line 2: not JSON"):
+    assert [b.line for b in bad] == [2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]
+    why = {b.line: b.reason for b in bad}
+    assert "not JSON" in why[2] and why[3] == "empty answer" and "unknown split 'train'" in why[4]
+    assert "missing field(s) ['pair_id']" in why[6] and "image not found" in why[7] and "unreadable image" in why[8]
+    assert why[9] == "'meta' must be an object, got list" and "'pair_id' must be" in why[10] and "unknown field(s) ['masks']" in why[11]
+    assert "is 8x8, the image 64x64" in why[12] and "10,000,000,000 pixels, over data.max_image_pixels" in why[13]
+    assert "expected a JSON object, got list" in why[14] and "a second original of pair_id" in why[15] and "(the first is on line 1)" in why[15]
+    assert "nested too deeply" in why[16] and "not UTF-8" in why[17]
+    with pytest.raises(BadDataError, match=r"15 bad row\(s\): line 2: not JSON"):
         load_rows(path, on_bad="error")
     write_rows(tmp_path / "again.jsonl", rows)
     assert load_rows(tmp_path / "again.jsonl")[0][0].image == rows[0].image  # relative paths round-trip
+    with pytest.raises(BadDataError, match=r"over data.max_image_pixels=100\b"):
+        load_rows(tmp_path / "again.jsonl", max_pixels=100)
 
 
 def test_four_bit_on_the_cpu_is_one_clear_error(tiny):
@@ -236,3 +267,124 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
         adapted = PeftModel.from_pretrained(load_model(tiny), d / "adapter").eval()(**batch).logits
         merged = load_model(d / "merged").eval()(**batch).logits
     torch.testing.assert_close(merged, adapted, atol=1e-4, rtol=1e-4)
+
+
+#: Run in a subprocess under a 64 KiB file-size limit (SIGXFSZ ignored, so a write fails with EFBIG
+#: instead of killing the process): ``save_outputs`` into ``out`` must raise one clean WriteError.
+SAVE_UNDER_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from transformers import AutoProcessor
+from cbm.vlm.finetune.model import LoraSettings, add_lora, load_model
+from cbm.vlm.finetune.run import save_outputs
+from synthetic.atomic import WriteError
+
+tiny, outs = sys.argv[1], sys.argv[2:]
+model = add_lora(load_model(tiny), LoraSettings(r=64), gradient_checkpointing=False)  # a ~512 KiB adapter
+processor = AutoProcessor.from_pretrained(tiny, local_files_only=True)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+for out in outs:
+    try:
+        save_outputs(model, processor, Path(out), merge=False)
+    except WriteError as err:
+        print(err)
+    else:
+        print("saved")
+"""
+
+
+def _limited() -> None:
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited across exec: the write fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_adapter_save_keeps_the_previous_adapter_or_none_never_a_partial_one(tiny, tmp_path):
+    import subprocess
+    import sys
+
+    previous = tmp_path / "with_previous" / "adapter"
+    previous.mkdir(parents=True)
+    (previous / "adapter_config.json").write_text('{"previous": true}\n')
+    (previous / "adapter_model.safetensors").write_bytes(b"previous weights")
+    before = _snapshot(previous)
+    fresh = tmp_path / "fresh"
+    res = subprocess.run([sys.executable, "-c", SAVE_UNDER_LIMIT, str(tiny), str(previous.parent), str(fresh)],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.strip().splitlines()[-2:]
+    assert len(lines) == 2 and all("; the adapter could not be saved: " in ln and "file too large" in ln for ln in lines), res.stdout
+    assert lines[0].startswith(f"results written to {previous.parent}")
+    assert _snapshot(previous) == before  # the previous adapter, byte for byte
+    assert not (fresh / "adapter").exists()  # none rather than a partial one
+    for d in (previous.parent, fresh):
+        assert [p.name for p in d.iterdir() if p.name != "adapter"] == []  # no temp directory left behind
+
+
+@pytest.mark.slow
+def test_a_run_whose_adapter_cannot_be_saved_keeps_its_results_and_says_so_in_one_line(tiny, pairs, tmp_path):
+    import subprocess
+    import sys
+
+    jsonl = write_rows(tmp_path / "rows.jsonl", pairs[:8])  # 4 pairs: 3 to train, 1 held out
+    run_dir = tmp_path / "run"
+    exe = Path(sys.executable).parent / "cbm-finetune"
+    args = [f"model.path={tiny}", f"data.jsonl={jsonl}", "lora.r=64", "train.epochs=1", "eval.before=false", "eval.localise=false",
+            "eval.max_new_tokens=1", "logger=csv_only", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    res = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600, preexec_fn=_limited, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and err and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert err[-1].startswith(f"cbm-finetune: error: results written to {run_dir}; the adapter could not be saved: ")
+    assert "file too large" in err[-1]
+    assert json.loads((run_dir / "results.json").read_text())["eval_rows"] == 2
+    assert (run_dir / "results.md").is_file() and (run_dir / "per_row.csv").is_file()
+    assert not (run_dir / "adapter").exists() and not list(run_dir.glob(".adapter*"))
+
+
+def _examples() -> list[str]:
+    """Every ``cbm-finetune`` example: README.md's lines and ``cbm-finetune --help``'s."""
+    import shlex
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    lines = [ln.split("#")[0].strip() for ln in (root / "README.md").read_text().splitlines() if ln.strip().startswith("cbm-finetune ")]
+    helps = subprocess.run([str(Path(sys.executable).parent / "cbm-finetune"), "--help"], capture_output=True, text=True, timeout=120).stdout
+    lines += [ln.strip() for ln in helps.splitlines() if ln.strip().startswith("cbm-finetune ")]
+    assert len(lines) >= 6, lines
+    return [shlex.split(ln)[1:] for ln in lines]
+
+
+def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkeypatch):
+    """The README's and ``--help``'s command lines, with their placeholders made real (a model
+    directory, a JSONL file, an EDCT run), compose and validate; QLoRA lines on a machine without a
+    GPU stop only at the GPU check."""
+    from cbm.experiments.cli import precheck
+    from cbm.experiments.finetune_cli import validate
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen2_vl"}')
+    (model / "model.safetensors").write_bytes(b"")
+    edct = tmp_path / "edct_run"
+    edct.mkdir()
+    (edct / "results.json").write_text("{}")
+    write_rows(tmp_path / "pairs.jsonl", pairs)
+    monkeypatch.chdir(tmp_path)
+    for args in _examples():
+        args = [a.replace("<run>", "") for a in args]
+        args = [f"model.path={model}" if a.startswith("model.path=") else a for a in args]
+        args = [a.replace("outputs/edct/", str(edct)) for a in args]
+        try:
+            precheck("finetune", args, validate)
+        except ValueError as err:
+            assert "quant" in args[0] or "qlora" in " ".join(args), (args, err)
+            assert "needs a CUDA GPU" in str(err) and not torch.cuda.is_available(), (args, err)

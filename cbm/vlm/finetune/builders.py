@@ -52,6 +52,26 @@ ROBOT_QUESTIONS: dict[str, RobotQuestion] = {
 SUDOKU_QUESTIONS = ("digit", "row_valid")
 
 
+#: Generator settings a build starts from (``data.source`` overrides them).
+SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {"robot": {"name": "robot", "image_size": 64, "n_train": 10, "n_calib": 0},
+                                              "sudoku": {"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0}}  # fmt: skip
+
+
+def generator_config(kind: str, n: int, source: dict[str, Any] | None) -> Any:
+    """The robot / Sudoku generator config of a built set: the defaults, ``n`` test items, then
+    ``source`` (``data.source``); a bad setting is one line naming ``data.source``."""
+    from cbm.config import ConfigError
+    from synthetic.registry import data_config
+
+    src = dict(source or {})
+    if "name" in src and src["name"] != kind:
+        raise ValueError(f"data.source.name: '{src['name']}' contradicts data.build={kind} (leave it out)")
+    try:
+        return data_config({**SOURCE_DEFAULTS[kind], "n_test": n, **src})
+    except (ConfigError, ValueError) as err:
+        raise ValueError(f"data.source: {str(err).removeprefix('data: ')}") from None
+
+
 def _png(path: Path, image: Image.Image) -> str:
     atomic_write(path, lambda f: image.save(f, format="PNG"))
     return str(path)
@@ -146,11 +166,16 @@ def edct_pairs(run_dir: str | Path, question: str | None = None) -> list[QARow]:
         raise ValueError(f"{run_dir}: not a cbm-edct run directory (no results.json)")
     rows: list[QARow] = []
     for rec_path in sorted((run_dir / "items").glob("*/record.json")):
-        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        try:
+            rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"data.source.run_dir: {rec_path} is not a readable EDCT record ({type(err).__name__})") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("steps", []), list) or "id" not in rec:
+            raise ValueError(f"data.source.run_dir: {rec_path} is not an EDCT item record")
         if "truth" not in rec:
             continue
         q = cfg_q or rec.get("question") or "Which class is this?"
-        steps = [s for s in rec.get("steps", []) if s.get("status") == "judged" and "truth" in s]
+        steps = [s for s in rec.get("steps", []) if isinstance(s, dict) and s.get("status") == "judged" and "truth" in s and "index" in s]
         orig = rec_path.parent / "original.png"
         if not steps or not orig.is_file():
             continue
@@ -160,7 +185,7 @@ def edct_pairs(run_dir: str | Path, question: str | None = None) -> list[QARow]:
             m = str(mask) if mask.is_file() else None
             rows.append(QARow(str(orig), q, rec["truth"], "original", pid, m, {"edct_item": rec["id"]}))
             rows.append(QARow(str(rec_path.parent / f"step{s['index']}.png"), q, s["truth"], "counterfactual", pid, m,
-                              {"edct_item": rec["id"], "concept": s["concept"]}))  # fmt: skip
+                              {"edct_item": rec["id"], "concept": s.get("concept")}))  # fmt: skip
     if not rows:
         raise ValueError(f"{run_dir}: no judged steps with ground truth to export")
     return rows

@@ -1,80 +1,218 @@
-"""Typed settings of ``cbm-finetune`` (``conf/finetune.yaml`` + ``conf/finetune/{lora_cpu,qlora}.yaml``)."""
+"""Typed settings of ``cbm-finetune`` (``conf/finetune.yaml`` + ``conf/finetune/{lora_cpu,qlora}.yaml``).
+
+Torch-free, so the command line refuses a bad value in a fraction of a second: every field is
+type-checked (an integer is not a float, ``nan`` is not a learning rate) and range-checked, and a
+failure is one line naming the field.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
+import types
+import typing
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from cbm.vlm.finetune.data import ON_BAD
-from cbm.vlm.finetune.model import QUANTS, LoraSettings
+from cbm.vlm.finetune.checks import check_device_name, check_model_dir
 
 BUILD_KINDS = ("robot", "sudoku", "edct")
 PRECISIONS = ("32", "bf16")
+QUANTS = ("none", "4bit", "8bit")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
+ON_BAD = ("skip", "error")
+#: Default largest image (width x height) a row may reference: checked from the header before decoding.
+MAX_IMAGE_PIXELS = 50_000_000
+_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(hint))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(hint)[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a mapping"
+    return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _coerce(value: Any, hint: Any) -> Any:
+    """``value`` as ``hint`` (an int is a float; lists and tuples are lists) or ``TypeError``."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            try:
+                return _coerce(value, arg)
+            except TypeError:
+                pass
+        raise TypeError
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise TypeError
+        return [_coerce(v, typing.get_args(hint)[0]) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TypeError
+        return dict(value)
+    if hint is type(None):
+        if value is not None:
+            raise TypeError
+        return None
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (bool, int, float, str) and (type(value) is not hint):
+        raise TypeError
+    return value
+
+
+def check_fields(obj: Any) -> None:
+    """Type-check (and coerce) every field of the settings dataclass ``obj`` against its annotation."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            continue
+        try:
+            setattr(obj, f.name, _coerce(value, hints[f.name]))
+        except TypeError:
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise ValueError(f"{obj.WHERE}{f.name}: expected {_describe(hints[f.name])}, got {shown}") from None
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> None:
+    """``value`` finite and inside the interval, else one line naming ``name``."""
+    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        interval = f"{'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
+        raise ValueError(f"{name}: must be in {interval}, got {value}")
 
 
 @dataclass
 class ModelSettings:
+    WHERE: ClassVar[str] = "model."
     path: str = ""
     dtype: str = "auto"
-    device: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
     attn_implementation: str | None = "eager"  # eager: attention weights for localisation
     end_of_turn: str | None = None  # null: the tokenizer's eos token
 
     def __post_init__(self) -> None:
-        if not self.path:
-            raise ValueError("model.path: required (a local Hugging Face VLM directory; python -m cbm.vlm.tiny DIR writes a tiny one)")
-        if not Path(self.path).expanduser().is_dir():
-            raise ValueError(f"model.path: no model directory at '{self.path}' (no downloads: a local directory)")
+        check_fields(self)
+        check_model_dir(self.path)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype: '{self.dtype}' is not one of {', '.join(DTYPES)}")
+        check_device_name(self.device, "model.device")
+        if self.attn_implementation is not None and self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"model.attn_implementation: '{self.attn_implementation}' is not one of {', '.join(ATTN_IMPLEMENTATIONS)} or null")
+        if self.end_of_turn is not None and not self.end_of_turn:
+            raise ValueError("model.end_of_turn: an empty token; null means the tokenizer's eos token")
 
 
 @dataclass
 class DataSettings:
-    jsonl: str | None = None  # rows (image, question, answer, split, pair_id[, mask]); null: build a set
+    WHERE: ClassVar[str] = "data."
+    jsonl: str | None = None  # rows (image, question, answer, split, pair_id[, mask, meta]); null: build a set
     build: str = "robot"  # robot | sudoku | edct (when jsonl is null)
     n: int = 24  # robots / boards to build pairs from
     parts: list[str] = field(default_factory=lambda: ["knees", "feet", "mouth"])  # robot questions
     questions: list[str] = field(default_factory=lambda: ["digit"])  # Sudoku questions: digit | row_valid
     cells_per_board: int = 2
-    source: dict[str, Any] = field(default_factory=dict)  # generator config (robot / sudoku), edct: {run_dir: ...}
+    #: Generator settings over the build's defaults (robot: ``{image_size: 64}``); edct: ``{run_dir: ...}``.
+    source: dict[str, Any] | None = None
     cache_dir: str | None = None
     on_bad: str = "skip"
     eval_fraction: float = 0.25  # share of pairs held out for evaluation (split by pair_id)
+    max_image_pixels: int = MAX_IMAGE_PIXELS  # larger images are bad rows (read from the header, never decoded)
 
     def __post_init__(self) -> None:
+        from cbm.vlm.finetune.builders import ROBOT_QUESTIONS, SUDOKU_QUESTIONS
+
+        check_fields(self)
         if self.jsonl is None and self.build not in BUILD_KINDS:
             raise ValueError(f"data.build: '{self.build}' is not one of {', '.join(BUILD_KINDS)}")
+        if self.jsonl is not None and not self.jsonl:
+            raise ValueError("data.jsonl: an empty path; null builds a set (data.build)")
         if self.on_bad not in ON_BAD:
             raise ValueError(f"data.on_bad: '{self.on_bad}' is not one of {', '.join(ON_BAD)}")
-        if not 0 < self.eval_fraction < 1:
-            raise ValueError(f"data.eval_fraction: must lie in (0, 1), got {self.eval_fraction}")
-        if self.n < 1:
-            raise ValueError(f"data.n: must be >= 1, got {self.n}")
+        in_range("data.eval_fraction", self.eval_fraction, 0, 1, lo_open=True, hi_open=True)
+        in_range("data.n", self.n, 1, 1_000_000)
+        in_range("data.cells_per_board", self.cells_per_board, 1, 81)
+        in_range("data.max_image_pixels", self.max_image_pixels, 1, 2**40)
+        for name, values, known in (("parts", self.parts, ROBOT_QUESTIONS), ("questions", self.questions, SUDOKU_QUESTIONS)):
+            if not values:
+                raise ValueError(f"data.{name}: an empty list (choose from: {', '.join(known)})")
+            unknown = sorted(set(values) - set(known))
+            if unknown:
+                raise ValueError(f"data.{name}: {unknown} unknown (choose from: {', '.join(known)})")
+        if self.jsonl is None and self.build == "edct" and not (self.source or {}).get("run_dir"):
+            raise ValueError("data.source: data.build=edct needs the cbm-edct run: 'data.source={run_dir: outputs/edct/<run>}'")
+
+
+@dataclass
+class LoraSettings:
+    WHERE: ClassVar[str] = "lora."
+    r: int = 16
+    alpha: float = 32
+    dropout: float = 0.05
+    #: null: every linear layer of the language model; else a list of module-name suffixes or one regex.
+    target_modules: list[str] | str | None = None
+    projector: bool = False  # also adapt the vision -> language projector
+    extra: dict[str, Any] | None = None  # more peft.LoraConfig fields, e.g. {use_rslora: true}
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        in_range("lora.r", self.r, 1, 4096)
+        in_range("lora.alpha", self.alpha, 0, 1e6, lo_open=True)
+        in_range("lora.dropout", self.dropout, 0, 1, hi_open=True)
+        if self.target_modules is not None and not self.target_modules:
+            raise ValueError("lora.target_modules: empty; null adapts every linear layer of the language model")
+        if isinstance(self.target_modules, str):
+            try:
+                re.compile(self.target_modules)
+            except re.error as err:
+                raise ValueError(f"lora.target_modules: {self.target_modules!r} is not a regular expression ({err})") from None
 
 
 @dataclass
 class TrainSettings:
+    WHERE: ClassVar[str] = "train."
     epochs: int = 3
-    max_steps: int = -1  # > 0 stops earlier
+    max_steps: int = -1  # >= 1 stops earlier
     batch_size: int = 4
     grad_accum: int = 1
     lr: float = 2e-4
     weight_decay: float = 0.0
     gradient_checkpointing: bool = True
-    precision: str = "32"  # 32 | bf16 (autocast on CUDA)
+    precision: str | int = "32"  # 32 | bf16 (autocast on CUDA)
     log_every: int = 1
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.grad_accum < 1 or self.log_every < 1:
-            raise ValueError("train: epochs, batch_size, grad_accum and log_every must be >= 1")
-        if self.lr <= 0:
-            raise ValueError(f"train.lr: must be > 0, got {self.lr}")
-        if str(self.precision) not in PRECISIONS:
+        check_fields(self)
+        self.precision = str(self.precision)
+        in_range("train.epochs", self.epochs, 1, 1_000_000)
+        if self.max_steps != -1:
+            in_range("train.max_steps (-1: no limit)", self.max_steps, 1, 10**9)
+        in_range("train.batch_size", self.batch_size, 1, 65536)
+        in_range("train.grad_accum", self.grad_accum, 1, 65536)
+        in_range("train.lr", self.lr, 0, 1, lo_open=True)
+        in_range("train.weight_decay", self.weight_decay, 0, 1e3)
+        in_range("train.log_every", self.log_every, 1, 10**9)
+        if self.precision not in PRECISIONS:
             raise ValueError(f"train.precision: '{self.precision}' is not one of {', '.join(PRECISIONS)}")
 
 
 @dataclass
 class EvalSettings:
+    WHERE: ClassVar[str] = "eval."
     before: bool = True
     max_new_tokens: int = 8
     localise: bool = True
@@ -82,12 +220,15 @@ class EvalSettings:
     heatmaps: int = 4  # pairs drawn (original and counterfactual, before and after)
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.heatmaps < 0 or not 0 <= self.pool_threshold < 1:
-            raise ValueError("eval: max_new_tokens >= 1, heatmaps >= 0 and pool_threshold in [0, 1)")
+        check_fields(self)
+        in_range("eval.max_new_tokens", self.max_new_tokens, 1, 4096)
+        in_range("eval.heatmaps", self.heatmaps, 0, 100_000)
+        in_range("eval.pool_threshold", self.pool_threshold, 0, 1, hi_open=True)
 
 
 @dataclass
 class FinetuneConfig:
+    WHERE: ClassVar[str] = ""
     output_dir: str
     model: ModelSettings
     data: DataSettings = field(default_factory=DataSettings)
@@ -101,14 +242,27 @@ class FinetuneConfig:
     progress: bool | None = None
 
     def __post_init__(self) -> None:
+        from cbm.config import to_dataclass
+        from cbm.config.train import LoggerConfig
+
+        check_fields(self)
         for name, cls in (("model", ModelSettings), ("data", DataSettings), ("lora", LoraSettings), ("train", TrainSettings), ("eval", EvalSettings)):
             value = getattr(self, name)
             if isinstance(value, dict):
                 try:
                     setattr(self, name, cls(**value))
-                except TypeError as err:
-                    raise ValueError(f"{name}: {err}") from None
+                except TypeError as err:  # an unknown key (``+data.foo=1``)
+                    m = re.search(r"argument '(\w+)'", str(err))
+                    raise ValueError(f"{name}: unknown key '{m.group(1)}'" if m else f"{name}: {err}") from None
+            elif not isinstance(value, cls):
+                raise ValueError(f"{name}: expected a mapping, got {value!r}")
+        in_range("seed", self.seed, 0, 2**32 - 1)
+        to_dataclass(LoggerConfig, self.logger, "logger")
         if self.quant not in QUANTS:
             raise ValueError(f"quant: '{self.quant}' is not one of {', '.join(QUANTS)}")
         if self.merge and self.quant != "none":
             raise ValueError("merge=true needs quant=none (merge into the full-precision base, then quantise if you want)")
+        if self.eval.localise and self.model.attn_implementation != "eager":
+            raise ValueError("eval.localise=true reads the attention weights: it needs model.attn_implementation=eager (or eval.localise=false)")
+        if self.quant != "none" and self.model.device == "cpu":
+            raise ValueError(f"quant={self.quant} (QLoRA) needs a CUDA GPU, not model.device=cpu (on the CPU use finetune=lora_cpu)")

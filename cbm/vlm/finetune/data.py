@@ -1,26 +1,35 @@
 """Counterfactual question/answer rows for fine-tuning: one JSON object per line.
 
 Fields: ``image`` (path, relative to the JSONL file's folder or absolute), ``question``, ``answer``,
-``split`` (``original`` | ``counterfactual``), ``pair_id`` (an original and its counterfactual
-share it), optional ``mask`` (path of the changed-pixel mask, PNG, non-zero = changed) and
-``meta`` (anything). A bad row (not JSON, a missing field, an unreadable image, an empty answer,
-an unknown split) is reported with its line number and skipped (``on_bad="skip"``) or rejects
-the file (``on_bad="error"``): it never reaches training, where it would crash mid-epoch.
+``split`` (``original`` | ``counterfactual``), ``pair_id`` (a string or an integer; an original and
+its counterfactual share it), optional ``mask`` (path of the changed-pixel mask, the image's size,
+non-zero = changed) and ``meta`` (an object, anything in it). Every field is type-checked; a bad
+row (not JSON, not an object, a missing, unknown or mistyped field, an empty answer, an unknown
+split, a second row of the same pair and split, a missing or unreadable image, an image over the
+pixel limit, a mask of another size) is reported with its line number and skipped
+(``on_bad="skip"``) or rejects the file (``on_bad="error"``): it never reaches training, where it
+would crash mid-epoch. Image sizes are read from the header, so a decompression bomb is refused
+before a pixel is decoded.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from PIL import Image
+
+from cbm.vlm.finetune.config import MAX_IMAGE_PIXELS, ON_BAD
 
 SPLITS = ("original", "counterfactual")
 REQUIRED = ("image", "question", "answer", "split", "pair_id")
-ON_BAD = ("skip", "error")
+FIELDS = (*REQUIRED, "mask", "meta")
 
 
 @dataclass
@@ -62,67 +71,143 @@ def _resolve(base: Path, p: str) -> Path:
     return q if q.is_absolute() else base / q
 
 
-def _check(obj: Any, base: Path, line: int) -> QARow | BadRow:
+@contextmanager
+def _own_pixel_limit() -> Iterator[None]:
+    """PIL's global bomb check off: :func:`image_size` applies the configured limit itself."""
+    old = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = old
+
+
+def image_size(path: Path, what: str, max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[int, int] | str:
+    """``(width, height)`` of an image file whose structure checks out (header and chunks read,
+    pixels never decoded), or why it is unusable (one line)."""
+    try:
+        if not path.exists():
+            return f"{what} not found: {path}"
+        if not path.is_file():
+            return f"{what} {path} is not a file"
+        with _own_pixel_limit(), Image.open(path) as im:
+            w, h = im.size
+            if w * h > max_pixels:
+                return f"{what} {path} is {w}x{h} = {w * h:,} pixels, over data.max_image_pixels={max_pixels:,} (refused before decoding)"
+            if w < 1 or h < 1:
+                return f"{what} {path} is empty ({w}x{h})"
+            im.verify()
+    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as err:
+        detail = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
+        return f"unreadable {what} {path} ({detail})"
+    return w, h
+
+
+def _check(obj: Any, base: Path, line: int, max_pixels: int) -> QARow | BadRow:
     if not isinstance(obj, dict):
         return BadRow(line, f"expected a JSON object, got {type(obj).__name__}")
     missing = [k for k in REQUIRED if k not in obj]
     if missing:
         return BadRow(line, f"missing field(s) {missing}")
+    unknown = sorted(set(obj) - set(FIELDS))
+    if unknown:
+        return BadRow(line, f"unknown field(s) {unknown} (fields: {', '.join(FIELDS)}; put anything else in 'meta')")
     for k in ("image", "question", "answer", "split"):
         if not isinstance(obj[k], str):
-            return BadRow(line, f"'{k}' must be a string")
+            return BadRow(line, f"'{k}' must be a string, got {type(obj[k]).__name__}")
+    pid = obj["pair_id"]
+    if isinstance(pid, bool) or not isinstance(pid, str | int) or (isinstance(pid, str) and not pid.strip()):
+        return BadRow(line, f"'pair_id' must be a non-empty string or an integer, got {pid!r}"[:160])
+    if obj.get("mask") is not None and (not isinstance(obj["mask"], str) or not obj["mask"]):
+        return BadRow(line, f"'mask' must be a path (a string) or null, got {type(obj['mask']).__name__}")
+    if obj.get("meta") is not None and not isinstance(obj["meta"], dict):
+        return BadRow(line, f"'meta' must be an object, got {type(obj['meta']).__name__}")
     if not obj["answer"].strip():
         return BadRow(line, "empty answer")
     if not obj["question"].strip():
         return BadRow(line, "empty question")
+    if not obj["image"]:
+        return BadRow(line, "empty 'image' path")
     if obj["split"] not in SPLITS:
-        return BadRow(line, f"unknown split '{obj['split']}' (expected one of {list(SPLITS)})")
+        return BadRow(line, f"unknown split '{obj['split'][:40]}' (expected one of {list(SPLITS)})")
     img = _resolve(base, obj["image"])
-    try:
-        with Image.open(img) as im:
-            im.verify()
-    except (OSError, SyntaxError, ValueError) as err:
-        return BadRow(line, f"unreadable image {img} ({type(err).__name__})")
+    size = image_size(img, "image", max_pixels)
+    if isinstance(size, str):
+        return BadRow(line, size)
     mask = obj.get("mask")
     if mask is not None:
-        mp = _resolve(base, str(mask))
-        try:
-            with Image.open(mp) as m:
-                m.verify()
-        except (OSError, SyntaxError, ValueError) as err:
-            return BadRow(line, f"unreadable mask {mp} ({type(err).__name__})")
+        mp = _resolve(base, mask)
+        msize = image_size(mp, "mask", max_pixels)
+        if isinstance(msize, str):
+            return BadRow(line, msize)
+        if msize != size:
+            return BadRow(line, f"mask {mp} is {msize[0]}x{msize[1]}, the image {size[0]}x{size[1]} (a mask marks the image's changed pixels)")
         mask = str(mp)
-    return QARow(str(img), obj["question"], obj["answer"].strip(), obj["split"], str(obj["pair_id"]), mask, dict(obj.get("meta") or {}), line)
+    return QARow(str(img), obj["question"], obj["answer"].strip(), obj["split"], str(pid), mask, dict(obj.get("meta") or {}), line)
 
 
-def load_rows(path: str | Path, on_bad: str = "skip") -> tuple[list[QARow], list[BadRow]]:
+def _parse(raw: bytes, line: int) -> Any:
+    """One line's JSON value, or the :class:`BadRow` saying why it is none."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        return BadRow(line, f"not UTF-8 text (byte {err.start + 1})")
+    except json.JSONDecodeError as err:
+        return BadRow(line, f"not JSON ({err.msg} at column {err.colno})")
+    except RecursionError:
+        return BadRow(line, "not JSON this reader accepts (nested too deeply)")
+
+
+def load_rows(path: str | Path, on_bad: str = "skip", max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[list[QARow], list[BadRow]]:
     """Every usable row of ``path`` and every bad one (line numbers from 1); image and mask paths
     come back absolute. ``on_bad="error"`` raises :class:`BadDataError` naming the first bad rows."""
     if on_bad not in ON_BAD:
         raise ValueError(f"on_bad must be one of {list(ON_BAD)}, got '{on_bad}'")
     path = Path(path)
+    if not path.exists():
+        raise BadDataError(f"data.jsonl: no file at {path}")
+    if not path.is_file():
+        raise BadDataError(f"data.jsonl: {path} is not a regular file")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as err:
-        raise BadDataError(f"cannot read {path}: {err.strerror or err}") from None
+        raise BadDataError(f"data.jsonl: cannot read {path}: {err.strerror or err}") from None
     rows: list[QARow] = []
     bad: list[BadRow] = []
-    for i, raw in enumerate(text.splitlines(), start=1):
+    first: dict[tuple[str, str], int] = {}
+    for i, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as err:
-            bad.append(BadRow(i, f"not JSON ({err.msg} at column {err.colno})"))
-            continue
-        got = _check(obj, path.parent, i)
+        got = _parse(raw, i)
+        if not isinstance(got, BadRow):
+            got = _check(got, path.parent, i, max_pixels)
+        if isinstance(got, QARow):
+            key = (got.pair_id, got.split)
+            if key in first:
+                got = BadRow(i, f"a second {got.split} of pair_id '{got.pair_id[:60]}' (the first is on line {first[key]})")
+            else:
+                first[key] = i
         (bad if isinstance(got, BadRow) else rows).append(got)  # type: ignore[arg-type]
     if bad and on_bad == "error":
         shown = "; ".join(map(str, bad[:3])) + (f"; ... {len(bad) - 3} more" if len(bad) > 3 else "")
         raise BadDataError(f"{path}: {len(bad)} bad row(s): {shown}")
     if not rows:
-        raise BadDataError(f"{path}: no usable row" + (f" ({len(bad)} bad: {bad[0]})" if bad else ""))
+        why = f" ({len(bad)} bad: {bad[0]})" if bad else (" (the file is empty)" if not data.strip() else "")
+        raise BadDataError(f"{path}: no usable row{why}")
     return rows, bad
+
+
+def split_pairs(rows: Sequence[QARow], eval_fraction: float, seed: int) -> tuple[list[QARow], list[QARow]]:
+    """Train / evaluation rows, split by ``pair_id`` (an original and its counterfactual stay together)."""
+    ids = sorted({r.pair_id for r in rows})
+    rng = np.random.default_rng(seed)
+    n_eval = max(1, int(round(eval_fraction * len(ids))))
+    if n_eval >= len(ids):
+        raise ValueError(f"data: {len(ids)} pair(s) cannot be split into training and evaluation (eval_fraction={eval_fraction})")
+    held = set(rng.choice(ids, n_eval, replace=False).tolist())
+    return [r for r in rows if r.pair_id not in held], [r for r in rows if r.pair_id in held]
 
 
 def write_rows(path: str | Path, rows: Iterable[QARow]) -> Path:

@@ -105,7 +105,7 @@ class Evaluator:
             att = torch.stack([a[0].float().mean(0) for a in out.attentions]).mean(0)  # [T, T] over layers, heads
             a_img = att[queries][:, img].mean(0).cpu().numpy()
             grid = image_grid(batch, len(img), self.model)
-            cells = pool_mask(np.asarray(Image.open(row.mask)) > 0, grid, self.pool_threshold)
+            cells = pool_mask(np.asarray(Image.open(row.mask).convert("L")) > 0, grid, self.pool_threshold)
             loc = localisation_share(a_img, cells)
             grid_attn = a_img.reshape(grid)
         prompt = self._to(self.collator.prompt(row))
@@ -168,7 +168,7 @@ def heatmap(row: QARow, attention: np.ndarray, path: str | Path, title: str = ""
     ax.imshow(img)
     ax.imshow(up, cmap="inferno", alpha=0.5, vmin=0, vmax=1)
     if row.mask is not None:
-        ax.contour(np.asarray(Image.open(row.mask)) > 0, levels=[0.5], colors="cyan", linewidths=0.8)
+        ax.contour(np.asarray(Image.open(row.mask).convert("L")) > 0, levels=[0.5], colors="cyan", linewidths=0.8)
     ax.set_title(title, fontsize=7)
     ax.axis("off")
     try:

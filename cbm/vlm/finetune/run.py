@@ -8,9 +8,11 @@ Outputs in ``output_dir``: ``data/pairs.jsonl`` (built sets), ``csv/metrics.csv`
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -20,15 +22,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from cbm.config.safe_paths import inside, slug, slugs
 from cbm.progress import progress_bar_wanted
+from cbm.vlm.finetune.checks import check_device_available, edct_source
 from cbm.vlm.finetune.collate import Collator
 from cbm.vlm.finetune.config import FinetuneConfig
-from cbm.vlm.finetune.data import BadRow, QARow, load_rows
+from cbm.vlm.finetune.data import BadDataError, BadRow, QARow, load_rows, split_pairs
 from cbm.vlm.finetune.evaluate import Evaluator, RowResult, heatmap, mcnemar, summarise
-from cbm.vlm.finetune.model import add_lora, load_model, trainable_names
-from synthetic.atomic import write_csv_atomic, write_json_atomic, write_text_atomic
+from cbm.vlm.finetune.model import add_lora, load_model, load_processor, lora_config, trainable_names
+from synthetic.atomic import WriteError, atomic_dir, write_csv_atomic, write_json_atomic, write_text_atomic
+
+__all__ = ["build_rows", "encodable", "report", "run", "save_outputs", "split_pairs", "train"]
 
 log = logging.getLogger("cbm.finetune")
 
@@ -37,32 +43,42 @@ def build_rows(cfg: FinetuneConfig) -> tuple[list[QARow], list[BadRow]]:
     """The configured JSONL's rows, or a built set written to ``output_dir/data/pairs.jsonl``."""
     d = cfg.data
     if d.jsonl is not None:
-        return load_rows(d.jsonl, d.on_bad)
-    from cbm.vlm.finetune.builders import build
-    from synthetic.registry import data_config
+        return load_rows(d.jsonl, d.on_bad, d.max_image_pixels)
+    from cbm.vlm.finetune.builders import build, generator_config
 
     out = Path(cfg.output_dir) / "data"
     if d.build == "edct":
-        path = build("edct", out, **dict(d.source))
+        path = build("edct", out, **edct_source(d.source or {}))
     elif d.build == "robot":
-        src = data_config({"name": "robot", "n_train": 10, "n_calib": 0, "n_test": d.n, **dict(d.source)})
+        src = generator_config("robot", d.n, d.source)
         path = build("robot", out, cfg=src, n=d.n, parts=list(d.parts), cache_dir=d.cache_dir)
     else:
-        src = data_config({"name": "sudoku", "n_train": 20, "n_val": 4, "n_calib": 0, "n_test": d.n, **dict(d.source)})
+        src = generator_config("sudoku", d.n, d.source)
         path = build("sudoku", out, cfg=src, n=d.n, cache_dir=d.cache_dir, seed=cfg.seed, cells_per_board=d.cells_per_board,
                      questions=list(d.questions))  # fmt: skip
-    return load_rows(path, d.on_bad)
+    return load_rows(path, d.on_bad, d.max_image_pixels)
 
 
-def split_pairs(rows: Sequence[QARow], eval_fraction: float, seed: int) -> tuple[list[QARow], list[QARow]]:
-    """Train / evaluation rows, split by ``pair_id`` (an original and its counterfactual stay together)."""
-    ids = sorted({r.pair_id for r in rows})
-    rng = np.random.default_rng(seed)
-    n_eval = max(1, int(round(eval_fraction * len(ids))))
-    if n_eval >= len(ids):
-        raise ValueError(f"data: {len(ids)} pair(s) cannot be split into training and evaluation (eval_fraction={eval_fraction})")
-    held = set(rng.choice(ids, n_eval, replace=False).tolist())
-    return [r for r in rows if r.pair_id not in held], [r for r in rows if r.pair_id in held]
+def encodable(collator: Collator, rows: Sequence[QARow], bad: list[BadRow], on_bad: str) -> tuple[list[QARow], list[BadRow]]:
+    """The rows the model's processor takes (each encoded once, its mask decoded): a row it refuses
+    (an aspect ratio it cannot tile, a truncated image) is a bad row here, not a crash mid-epoch."""
+    good, new = [], []
+    for r in rows:
+        try:
+            collator.encode(r)
+            if r.mask is not None:
+                with Image.open(r.mask) as m:
+                    m.convert("L")
+        except Exception as err:  # the processor's own checks raise ValueError, OSError, RuntimeError, ...
+            text = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+            new.append(BadRow(r.line, f"the model's processor cannot take this row ({type(err).__name__}: {text})"))
+            continue
+        good.append(r)
+    if new and on_bad == "error":
+        raise BadDataError(f"data: {len(new)} row(s) the model cannot take: " + "; ".join(map(str, new[:3])))
+    if not good:
+        raise BadDataError(f"data: no row the model can take ({new[0]})")
+    return good, sorted(bad + new, key=lambda b: b.line)
 
 
 def _loggers(cfg: FinetuneConfig, out: Path) -> list[Any]:
@@ -82,7 +98,7 @@ def train(model: Any, collator: Collator, rows: Sequence[QARow], cfg: FinetuneCo
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
-    loader = torch.utils.data.DataLoader(list(rows), batch_size=t.batch_size, shuffle=True, collate_fn=collator, generator=g)
+    loader = torch.utils.data.DataLoader(list(rows), batch_size=min(t.batch_size, len(rows)), shuffle=True, collate_fn=collator, generator=g)
     device = next(model.parameters()).device
     steps_per_epoch = math.ceil(len(loader) / t.grad_accum)
     total = steps_per_epoch * t.epochs if t.max_steps <= 0 else min(t.max_steps, steps_per_epoch * t.epochs)
@@ -122,23 +138,44 @@ def train(model: Any, collator: Collator, rows: Sequence[QARow], cfg: FinetuneCo
     return losses
 
 
-def run(cfg: FinetuneConfig) -> dict[str, Any]:
-    from transformers import AutoProcessor
+def _quiet_transformers(progress: bool) -> None:
+    """transformers' own progress bars only where ours are drawn; its advice (``use_cache`` under
+    gradient checkpointing) off: stderr stays for what the user must read."""
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()
+    if not progress:
+        hf_logging.disable_progress_bar()
+
+
+def run(cfg: FinetuneConfig) -> dict[str, Any]:
+    """The whole run. The model, processor and LoRA targets are checked before any file is written;
+    the results are written before the adapter, so a failed save keeps them (one line, exit 2)."""
     out = Path(cfg.output_dir)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    rows, bad = build_rows(cfg)
-    for b in bad:
-        log.warning("data: skipped %s", b)
-    train_rows, eval_rows = split_pairs(rows, cfg.data.eval_fraction, cfg.seed)
-    slugs((r.pair_id for r in rows), "data: pair_id")  # heatmap file names: a collision stops here, before training
-    processor = AutoProcessor.from_pretrained(Path(cfg.model.path).expanduser(), local_files_only=True)
+    Image.MAX_IMAGE_PIXELS = cfg.data.max_image_pixels  # PIL's own bomb check agrees with the rows' limit
+    check_device_available(cfg.model.device, cfg.quant)
+    progress = progress_bar_wanted(cfg.progress)
+    _quiet_transformers(progress)
+    processor = load_processor(cfg.model.path)
     collator = Collator(processor, cfg.model.end_of_turn)
     attn = cfg.model.attn_implementation if cfg.eval.localise else None
     model = load_model(cfg.model.path, cfg.quant, cfg.model.dtype, cfg.model.device, attn)
-    progress = progress_bar_wanted(cfg.progress)
+    lora_config(model, cfg.lora)  # targets and extra LoRA fields, before an hour of evaluation
+    made = [p for p in (out / "data",) if cfg.data.jsonl is None and not p.exists()]
+    try:
+        rows, bad = build_rows(cfg)
+        rows, bad = encodable(collator, rows, bad, cfg.data.on_bad)
+        train_rows, eval_rows = split_pairs(rows, cfg.data.eval_fraction, cfg.seed)
+        slugs((r.pair_id for r in rows), "data: pair_id")  # heatmap file names: a collision stops here, before training
+    except BaseException:
+        for p in made:  # a run that stops before training leaves nothing behind
+            shutil.rmtree(p, ignore_errors=True)
+        raise
+    for b in bad:
+        log.warning("data: skipped %s", b)
     ev = dict(max_new_tokens=cfg.eval.max_new_tokens, localise=cfg.eval.localise, pool_threshold=cfg.eval.pool_threshold)
     timing: dict[str, float] = {}
     before: list[RowResult] | None = None
@@ -155,14 +192,50 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     after = Evaluator(model, collator, **ev).run(eval_rows, progress, "eval after")
     timing["eval_after_s"] = time.perf_counter() - t0
-    model.save_pretrained(out / "adapter")
-    processor.save_pretrained(out / "adapter")
-    if cfg.merge:
-        merged = model.merge_and_unload()
-        merged.save_pretrained(out / "merged")
-        processor.save_pretrained(out / "merged")
     result = report(cfg, out, eval_rows, before, after, losses, bad, timing, n_trainable, n_total, len(train_rows))
+    save_outputs(model, processor, out, cfg.merge)
     return {"result": result, "model": model, "before": before, "after": after, "losses": losses, "trainable": trainable_names(model)}
+
+
+def _save_failure(err: BaseException) -> tuple[int, str] | None:
+    """``(errno, reason)`` when ``err`` is a failed write (an ``OSError``, safetensors' own error,
+    "File too large" from any layer), else ``None``."""
+    text = str(err)
+    if isinstance(err, WriteError):
+        return err.errno or errno.EIO, text
+    if isinstance(err, OSError):
+        return err.errno or errno.EIO, f"{err.strerror or text}".lower()
+    if "File too large" in text or "FileTooLarge" in text or "code: 27" in text:
+        return errno.EFBIG, "file too large (a file-size limit of this process or filesystem)"
+    if "No space left" in text or "StorageFull" in text or "code: 28" in text:
+        return errno.ENOSPC, "no space left on device"
+    if type(err).__name__ == "SafetensorError":
+        return errno.EIO, text.strip().splitlines()[0] if text.strip() else "SafetensorError"
+    return None
+
+
+def save_outputs(model: Any, processor: Any, out: Path, merge: bool) -> None:
+    """``out/adapter`` (and ``out/merged``), each written whole or not at all (a previous one stays
+    when the save fails); a failure is a :class:`WriteError` naming what was kept."""
+    saved = [f"results written to {out}"]
+    what = "adapter"
+    try:
+        with atomic_dir(out / "adapter") as d:
+            model.save_pretrained(d)
+            processor.save_pretrained(d)
+        if merge:
+            saved.append(f"the adapter to {out / 'adapter'}")
+            what = "merged model"
+            merged = model.merge_and_unload()
+            with atomic_dir(out / "merged") as d:
+                merged.save_pretrained(d)
+                processor.save_pretrained(d)
+    except Exception as err:
+        failure = _save_failure(err)
+        if failure is None:
+            raise
+        code, reason = failure
+        raise WriteError(code, f"{'; '.join(saved)}; the {what} could not be saved: {reason}") from None
 
 
 def report(cfg: FinetuneConfig, out: Path, rows: Sequence[QARow], before: list[RowResult] | None, after: list[RowResult], losses: list[float],
@@ -237,3 +310,4 @@ def _f(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "n/a"
     return f"{v * scale:.{digits}f}"
+
