@@ -74,9 +74,10 @@ class ChatClient:
     def __init__(self, cfg: ClientConfig, backend: Backend | None = None, sleep: Callable[[float], None] = time.sleep,
                  http_client: Any | None = None):  # fmt: skip
         self.cfg = cfg
-        self.endpoint = endpoint_id(cfg)
-        self.backend = backend if backend is not None else make_backend(cfg, http_client=http_client)
         self.cache = ReplyCache(Path(cfg.cache_dir).expanduser()) if cfg.cache_dir else None
+        # the cache key's endpoint; a local model's files are hashed only when replies are cached
+        self.endpoint = endpoint_id(cfg) if self.cache is not None or cfg.backend == "openai" else "local"
+        self.backend = backend if backend is not None else make_backend(cfg, http_client=http_client)
         self.retry = RetryPolicy(cfg.max_retries, cfg.backoff_s, cfg.max_wait_s)
         self.usage = Usage(cfg.price_in_per_mtok, cfg.price_out_per_mtok)
         self._sleep = sleep
