@@ -154,3 +154,26 @@ def test_text_data_is_sent_as_its_description(tmp_path, httpserver):
     _, dm, _ = load_run(tmp_path / "cbm", str(tmp_path / "cache"))
     first = " ".join(VOCAB[t] for t in dm.split("test").tensors["x"][0].tolist() if t)
     assert any(f"Description: {first}" in u[0]["text"] for u in seen)
+
+
+def test_another_endpoint_never_gets_the_cached_replies(run_dir, httpserver):
+    """Replies cached from one server are not served when the intervener points at another (here a
+    dead one): the run fails with the endpoint's error instead of passing on the old answers."""
+    import socket
+
+    from cbm.vlm.reply import ChatError
+
+    truth, _ = truth_by_image(run_dir)
+    oracle_server(httpserver, truth)
+    cfg = app_cfg(run_dir, httpserver, "moved", retries=0)
+    cfg["policy"], cfg["ks"] = {"random": {}}, [1]
+    intervene.run(cfg)  # fills the reply cache
+    asked = len(httpserver.log)
+    assert asked > 0
+    assert intervene.run(cfg) and len(httpserver.log) == asked  # same endpoint: every reply from the cache
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    cfg["intervener"]["llm"]["client_kwargs"] = {**cfg["intervener"]["llm"]["client_kwargs"], "base_url": f"http://127.0.0.1:{dead}/v1", "max_retries": 0}
+    with pytest.raises(ChatError, match="cannot reach the endpoint"):
+        intervene.run(cfg)
