@@ -67,9 +67,17 @@ def _unlock(fd: int) -> None:
         os.close(fd)
 
 
+def _command() -> str:
+    """This process's command line as typed: ``cbm-experiment ...`` or ``python -m cbm.experiments.train ...``."""
+    parts = list(getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv])
+    if len(parts) > 1 and Path(parts[1]).name.startswith("cbm-"):  # a console script
+        return " ".join([Path(parts[1]).name, *parts[2:]])
+    return " ".join(["python", *parts[1:]])
+
+
 def _owner() -> dict[str, Any]:
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}  # fmt: skip
+            "command": _command()}  # fmt: skip
 
 
 def _read_owner(path: Path) -> dict[str, Any]:

@@ -1,0 +1,223 @@
+"""``cbm-experiment`` under hostile use: two runs on one folder, a ``kill -9`` of the parent, a
+``cbm-train`` pointed at a running cell; and the pieces that make them safe (:mod:`runlock`,
+:mod:`lifeline`, the quoting of ``train=[...]`` overrides)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cbm.experiments import lifeline, runlock
+from cbm.experiments.common import remove_if_unused
+from cbm.experiments.overrides import quote_items, split_argv, with_search_path
+
+BIN = Path(sys.executable).parent
+EPOCHS = 2
+#: One tiny tabular training cell (no black box, no analyses): the fastest whole experiment.
+PRESET = f"""\
+# @package _global_
+name: tiny
+settings:
+  tab: [data.modality=tabular, data.n_train=300, data.n_calib=100, data.n_test=100]
+models:
+  cbm: [model=cbm]
+blackbox: null
+train: [trainer=cpu_smoke, logger=csv_only, trainer.max_epochs={EPOCHS}]
+"""
+
+
+# ----------------------------------------------------------------------------- helpers
+def hold_in_child(directory: Path) -> subprocess.Popen:
+    """A process that holds ``directory``'s lock until killed (it prints once it does)."""
+    code = f"from cbm.experiments import runlock; import time; runlock.acquire({str(directory)!r}); print('held', flush=True); time.sleep(600)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def alive(pid: int) -> bool:
+    """A live (not zombie) process."""
+    try:
+        import psutil
+
+        return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except ImportError:  # pragma: no cover
+        stat = Path(f"/proc/{pid}/stat")
+        return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+    except Exception:  # NoSuchProcess between the two calls
+        return False
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def preset(tmp_path) -> Path:
+    d = tmp_path / "conf"
+    (d / "experiment").mkdir(parents=True)
+    (d / "experiment" / "tiny.yaml").write_text(PRESET)
+    return d
+
+
+def experiment_cmd(preset: Path, out: Path, cache: Path) -> list[str]:
+    return [str(BIN / "cbm-experiment"), "--config-dir", str(preset), "+experiment=tiny", f"output_dir={out}", f"cache_dir={cache}"]
+
+
+def cell_dir(out: Path) -> Path:
+    return out / "tab" / "cbm" / "seed0" / "train"
+
+
+def csv_rows(cell: Path) -> list[dict]:
+    with open(cell / "csv" / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_complete(out: Path) -> None:
+    """Every cell done, and the cell's CSV log holds every epoch (a validation and a training row
+    each) and the test row: nothing was lost to a second writer."""
+    manifest = json.loads((out / "experiment.json").read_text())
+    assert [c["status"] for c in manifest["cells"]] == ["done"]
+    rows = csv_rows(cell_dir(out))
+    assert len(rows) == 2 * EPOCHS + 1, rows
+    assert sorted({int(r["epoch"]) for r in rows if r["val/task_acc"]}) == list(range(EPOCHS))
+    assert sum(1 for r in rows if r["test/task_acc"]) == 1
+
+
+# ----------------------------------------------------------------------------- the lock
+def test_lock_is_exclusive_names_its_holder_and_dies_with_it(tmp_path):
+    proc = hold_in_child(tmp_path)
+    try:
+        info = runlock.holder(tmp_path)
+        assert info is not None and info["pid"] == proc.pid and info["host"] and info["started"]
+        with pytest.raises(runlock.Busy, match=rf"{tmp_path} is in use by pid {proc.pid} on .* since .*\(python -c"):
+            runlock.acquire(tmp_path)
+        remove_if_unused(tmp_path)  # another command's directory is never cleaned up by a refused one
+        assert (tmp_path / runlock.LOCK_NAME).is_file()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert runlock.holder(tmp_path) is None  # the kernel dropped the dead owner's lock
+    with runlock.hold(tmp_path):
+        runlock.acquire(tmp_path)  # re-entrant in one process
+        runlock.release(tmp_path)
+        assert runlock.holder(tmp_path) is None  # this process's own lock does not block it
+        assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["pid"] == os.getpid()
+
+
+def test_a_cell_dies_with_its_parent(tmp_path):
+    """``kill -9`` of the parent: the kernel kills the cell (PR_SET_PDEATHSIG), no orphan remains."""
+    child = "from cbm.experiments.lifeline import die_with_parent; import time; die_with_parent(); print('armed', flush=True); time.sleep(600)"
+    parent = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from cbm.experiments import lifeline
+        proc = lifeline.start([sys.executable, "-c", {child!r}], Path({str(tmp_path / 'out.txt')!r}), dict(__import__("os").environ))
+        print(proc.pid, flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    cell = int(p.stdout.readline())
+    wait_for(lambda: (tmp_path / "out.txt").read_text().strip() == "armed", 60, "the cell to arm its death signal")
+    assert alive(cell) and os.getpgid(cell) == cell  # its own process group
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    wait_for(lambda: not alive(cell), 10, "the orphaned cell to die")
+
+
+def test_stop_kills_the_cell_group(tmp_path):
+    proc = lifeline.start([sys.executable, "-c", "import time; time.sleep(600)"], tmp_path / "out.txt", dict(os.environ))
+    lifeline.stop(proc)
+    assert proc.returncode == -signal.SIGKILL and not alive(proc.pid)
+
+
+# ----------------------------------------------------------------------------- the command line
+@pytest.mark.parametrize("given, hydra", [
+    ("train=[trainer.max_epochs=20]", "train=['trainer.max_epochs=20']"),
+    ("train=[trainer=cpu_smoke, trainer.max_epochs=2]", "train=['trainer=cpu_smoke', 'trainer.max_epochs=2']"),
+    ("settings={noisy: [data.concept_noise=0.2], b: [model=cem]}", "settings={noisy: ['data.concept_noise=0.2'], b: ['model=cem']}"),
+    ("settings.x=[data=robot,data.occlude=[knees]]", "settings.x=['data=robot','data.occlude=[knees]']"),
+    ("train=[cache_dir=${oc.env:X,y}]", "train=['cache_dir=${oc.env:X,y}']"),
+    ("train=[a=it's]", "train=[\"a=it's\"]"),
+    ("train=['trainer.max_epochs=20']", "train=['trainer.max_epochs=20']"),  # already quoted: kept
+    ("seeds=[0,1,2]", "seeds=[0,1,2]"),
+    ("model=[cbm", "model=[cbm"),  # not mended by quoting: kept (and refused as a bad override)
+])  # fmt: skip
+def test_list_items_holding_overrides_are_quoted(given, hydra):
+    assert quote_items(given) == hydra
+
+
+def test_config_dir_flags_reach_the_precheck(tmp_path):
+    cmd = split_argv(["-m", "--config-dir", "a", "x=1", "--config-dir=b", "-cd", "c"])
+    assert cmd.overrides == ["x=1"] and cmd.config_dirs == ["a", "b", "c"] and cmd.multirun and not cmd.other_flags
+    assert split_argv(["--cfg", "job"]).other_flags == ["--cfg"]
+    over = with_search_path(["x=1", "hydra.searchpath=[file:///q]"], [str(tmp_path)])
+    assert over == ["x=1", f"hydra.searchpath=['file://{tmp_path}','file:///q']"]
+
+
+# ----------------------------------------------------------------------------- whole experiments
+@pytest.mark.slow
+def test_a_second_experiment_on_the_same_folder_is_refused_and_nothing_is_lost(tmp_path, preset, shared_cache):
+    out = tmp_path / "exp"
+    first = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+        second = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=300)
+        # a cbm-train by hand into the running cell is refused the same way, naming the cell
+        by_hand = subprocess.run([str(BIN / "cbm-train"), "data.modality=tabular", f"hydra.run.dir={cell_dir(out)}",
+                                  f"cache_dir={shared_cache}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        stdout, stderr = first.communicate(timeout=600)
+    assert first.returncode == 0, stdout[-2000:] + stderr[-2000:]
+    for res, holder in ((second, f"pid {first.pid} "), (by_hand, "cbm.experiments.train")):
+        err = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(err) == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+        assert " is in use by pid " in err[0] and holder in err[0], err[0]
+    assert_complete(out)
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_parent_leaves_no_orphan_and_a_rerun_finishes(tmp_path, preset, shared_cache):
+    out = tmp_path / "exp"
+    parent = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+    cell = int(info["pid"])
+    assert cell != parent.pid and alive(cell)
+    parent.send_signal(signal.SIGKILL)  # the parent only
+    parent.wait()
+    wait_for(lambda: not alive(cell), 10, "the orphaned cell to die")
+    assert runlock.holder(cell_dir(out)) is None and runlock.holder(out) is None
+    again = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert_complete(out)
+
+
+def test_a_killed_attempt_is_cleared_before_the_cell_starts_afresh(tmp_path):
+    """A training killed after its first best.ckpt but before last.ckpt cannot resume, and cbm-train
+    would refuse its directory ('already holds a run'): the rerun clears what it left."""
+    from cbm.experiments.experiment import clear_leftovers
+    from cbm.experiments.plan import Cell
+
+    cell = Cell("train", "tab", "cbm", 0, tmp_path / "cell", ["model=cbm", "seed=0"])
+    (cell.dir / "checkpoints").mkdir(parents=True)
+    (cell.dir / "checkpoints" / "best.ckpt").write_bytes(b"x")
+    (cell.dir / "config.yaml").write_text("seed: 0\n")
+    (cell.dir / "cell.json").write_text(json.dumps({"fingerprint": cell.fingerprint()}))
+    assert cell.state() == "fresh"
+    clear_leftovers(cell)
+    assert sorted(p.name for p in cell.dir.iterdir()) == ["cell.json"]
