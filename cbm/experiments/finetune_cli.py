@@ -47,6 +47,7 @@ main = hydra_app(
         "model.path=/models/tiny-vlm data.n=32",
         "finetune=qlora model.path=/models/Qwen2.5-VL-3B-Instruct data.n=500 train.epochs=2",
         "model.path=/models/tiny-vlm data.jsonl=pairs.jsonl data.on_bad=error",
+        "model.path=/models/tiny-vlm data.build=edct 'data.source={run_dir: outputs/edct/<run>}'",
     ],
 )
 

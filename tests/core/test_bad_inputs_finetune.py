@@ -79,6 +79,8 @@ SETTINGS = [
     ([M, "data.source={name: sudoku}"], "data.source.name: 'sudoku' contradicts data.build=robot"),
     ([M, "data.build=edct"], "data.source: data.build=edct needs the cbm-edct run"),
     ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/empty_dir}}"], "is not a cbm-edct run directory (no results.json)"),
+    ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_empty}}"], "edct_empty has no judged steps with ground truth"),
+    ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_corrupt}}"], "record.json is not a readable EDCT record"),
     ([M, f"data.cache_dir={FT}/files/a_file/cache"], "data.cache_dir: cannot create"),
     ([M, "data.jsonl=/dev/null"], "data.jsonl: /dev/null is not a regular file"),
     ([M, f"data.jsonl={FT}/files/missing.jsonl"], "data.jsonl: no file at"),
@@ -194,6 +196,11 @@ def ffx(tmp_path_factory) -> Path:
         (f / name / "config.json").write_text(config)
         if weights:
             (f / name / "model.safetensors").write_bytes(b"")
+    for name in ("edct_empty", "edct_corrupt"):
+        (f / name).mkdir()
+        (f / name / "results.json").write_text("{}")
+    (f / "edct_corrupt" / "items" / "x").mkdir(parents=True)
+    (f / "edct_corrupt" / "items" / "x" / "record.json").write_text('{"id": "x", "steps": [')
     (f / "adapter").mkdir()
     (f / "adapter" / "adapter_config.json").write_text("{}")
     noise = Image.effect_noise((64, 64), 60).convert("RGB")

@@ -375,8 +375,12 @@ def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkey
     (model / "config.json").write_text('{"model_type": "qwen2_vl"}')
     (model / "model.safetensors").write_bytes(b"")
     edct = tmp_path / "edct_run"
-    edct.mkdir()
+    (edct / "items" / "a").mkdir(parents=True)
     (edct / "results.json").write_text("{}")
+    step = {"index": 1, "status": "judged", "truth": "Drent", "concept": "knees"}
+    (edct / "items" / "a" / "record.json").write_text(json.dumps({"id": "a", "truth": "Glorp", "question": "Which?", "steps": [step]}))
+    for name in ("original.png", "step1.png"):
+        Image.new("RGB", (8, 8)).save(edct / "items" / "a" / name)
     write_rows(tmp_path / "pairs.jsonl", pairs)
     monkeypatch.chdir(tmp_path)
     for args in _examples():

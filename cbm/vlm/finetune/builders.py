@@ -187,7 +187,7 @@ def edct_pairs(run_dir: str | Path, question: str | None = None) -> list[QARow]:
             rows.append(QARow(str(rec_path.parent / f"step{s['index']}.png"), q, s["truth"], "counterfactual", pid, m,
                               {"edct_item": rec["id"], "concept": s.get("concept")}))  # fmt: skip
     if not rows:
-        raise ValueError(f"{run_dir}: no judged steps with ground truth to export")
+        raise ValueError(f"data.source.run_dir: {run_dir} has no judged steps with ground truth to export")
     return rows
 
 

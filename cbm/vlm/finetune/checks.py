@@ -95,7 +95,7 @@ def edct_source(source: dict[str, Any]) -> dict[str, Any]:
 def preflight(cfg: FinetuneConfig) -> None:
     """Everything checkable before a model loads: the rows (a JSONL file is read and every row and
     image checked), the generator settings or EDCT run, the cache folder, the GPU asked for."""
-    from cbm.vlm.finetune.builders import generator_config
+    from cbm.vlm.finetune.builders import edct_pairs, generator_config
     from cbm.vlm.finetune.data import load_rows, split_pairs
 
     d = cfg.data
@@ -103,7 +103,7 @@ def preflight(cfg: FinetuneConfig) -> None:
         rows, _ = load_rows(d.jsonl, d.on_bad, d.max_image_pixels)
         split_pairs(rows, d.eval_fraction, cfg.seed)
     elif d.build == "edct":
-        edct_source(d.source or {})
+        edct_pairs(**edct_source(d.source or {}))  # reads the run's records: no judged step is one line here
     else:
         generator_config(d.build, d.n, d.source)
         if d.cache_dir:
