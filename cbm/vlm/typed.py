@@ -98,6 +98,36 @@ def nested(cls: type[T], value: Any, where: str) -> T:
     return cls(**dict(value))
 
 
+def check_kwargs(fn: Any, kwargs: Mapping[str, Any], where: str, skip: tuple[str, ...] = ()) -> None:
+    """``kwargs`` fit the keyword parameters of ``fn`` (a function or a class: its ``__init__``):
+    no unknown name, every required one given, each value of its annotated type; one line naming
+    ``where.<name>`` otherwise. Nothing is called."""
+    import inspect
+
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check against
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = {n: p for n, p in signature.parameters.items() if p.kind in kinds and n != "self" and n not in skip}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    unknown = sorted(str(k) for k in kwargs if k not in params)
+    if unknown and not takes_any:
+        raise ValueError(f"{where}: unknown setting(s) {unknown} (known: {', '.join(sorted(params)) or 'none'})")
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in kwargs]
+    if missing:
+        raise ValueError(f"{where}.{missing[0]}: required")
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # noqa: BLE001 - annotations that do not resolve (a user's class): types unchecked
+        hints = {}
+    for name, value in kwargs.items():
+        tp = hints.get(name, Any)
+        if not matches(value, tp):
+            raise ValueError(f"{where}.{name}: must be {describe(tp)}, got {type(value).__name__} {_shown(value)}")
+
+
 def conforms(value: Any, schema: Any) -> bool:
     """Whether a JSON value fits ``schema``: a type (``int`` excludes ``bool``, ``float`` takes an
     ``int``), ``None``, ``Any``, a tuple (any of), a one-item list (a list of), or a dict of keys

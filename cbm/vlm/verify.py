@@ -47,6 +47,8 @@ __all__ = [
     "align",
     "change_map",
     "mask_iou",
+    "resolve_segmenter",
+    "segmenter_factory",
     "segmenter_mask",
     "verify_edit",
     "verify_with_retry",
@@ -188,6 +190,45 @@ class Segmenter(Protocol):
 
     def mask(self, image: Any, concept: str) -> np.ndarray:  # bool [H, W]
         ...
+
+
+#: The attribute :func:`segmenter_factory` sets on a function that builds a :class:`Segmenter`.
+FACTORY_MARK = "__cbm_segmenter_factory__"
+
+
+def segmenter_factory(fn: Callable[..., Segmenter]) -> Callable[..., Segmenter]:
+    """Mark a function as a factory of :class:`Segmenter` objects, so a config may name it as a
+    ``segmenter.target`` (a plain function never is called from a config)."""
+    setattr(fn, FACTORY_MARK, True)
+    return fn
+
+
+def resolve_segmenter(target: Any) -> Callable[..., Segmenter]:
+    """The class or marked factory a ``segmenter.target`` (``"module:name"``) names, imported and
+    checked but not called: a class with a callable ``mask(image, concept)`` (the :class:`Segmenter`
+    protocol) or a function marked by :func:`segmenter_factory`. Anything else (``os:system``,
+    ``builtins:eval``, a module, an instance) is one ``ValueError`` line and is never called."""
+    import importlib
+    import inspect
+
+    module, sep, attr = str(target).partition(":")
+    if not isinstance(target, str) or not sep or not module or not attr or ":" in attr:
+        raise ValueError(f"segmenter.target: must look like 'module:Class' (a Segmenter class or a @segmenter_factory), got {target!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError, ValueError, TypeError) as err:
+        raise ValueError(f"segmenter.target: cannot import '{target}' ({type(err).__name__}: {err})") from None
+    if inspect.isclass(obj) and callable(getattr(obj, "mask", None)) and not getattr(obj, "_is_protocol", False):
+        return obj
+    if inspect.isfunction(obj) and getattr(obj, FACTORY_MARK, False) is True:
+        return obj
+    kind = type(obj).__name__
+    if inspect.isclass(obj):
+        kind = "protocol (name a class implementing it)" if getattr(obj, "_is_protocol", False) else "class without a mask(image, concept) method"
+    raise ValueError(f"segmenter.target: '{target}' is a {kind}, not a Segmenter class or a factory marked "
+                     "@cbm.vlm.verify.segmenter_factory; it was not called")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- inputs

@@ -303,7 +303,7 @@ def test_hosted_editor_with_a_segmenter(tmp_path, httpserver, monkeypatch):
     httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(None))
     (tmp_path / "square_seg.py").write_text(SEGMENTER)
     monkeypatch.syspath_prepend(str(tmp_path))
-    editor = {"kind": "hosted", "model": "edit-model", "base_url": httpserver.url_for("/v1"), "api_key": "test"}
+    editor = {"kind": "hosted", "model": "edit-model", "base_url": httpserver.url_for("/v1")}  # loopback: no key needed
     out = run(make_cfg(tmp_path, httpserver, items={"n": 3}, editor=editor,
                        segmenter={"target": "square_seg:Square", "kwargs": {"y0": box[0], "x0": box[1], "size": box[2]}}))  # fmt: skip
     steps = [s for r in out["records"] for s in r["steps"]]

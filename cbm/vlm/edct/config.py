@@ -1,17 +1,22 @@
-"""Typed settings of ``cbm-edct`` (``conf/edct.yaml``), validated before any request."""
+"""Typed settings of ``cbm-edct`` (``conf/edct.yaml``), validated before any request: every field
+of its type, every number in range, the editor's settings and endpoint, the segmenter's target
+(imported and checked, never called here), every prompt template with only its placeholders."""
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass, field
 from typing import Any
 
 from cbm.vlm.config import ClientConfig
+from cbm.vlm.templates import check_template
+from cbm.vlm.typed import check_fields, nested
 
 ANSWER_MODES = ("generate", "score")
 #: ``synthetic``: the exact editor of the item source (robot parts, Sudoku cells).
 EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers")
 ITEM_SOURCES = ("robot", "sudoku")
+#: The splits of each item source.
+SPLITS = {"robot": ("train", "calib", "test"), "sudoku": ("train", "val", "calib", "test")}
 #: Prompt templates every run needs, and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "answer": ("question", "options"),
@@ -19,6 +24,10 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "chain": ("question", "answer", "explanation", "concepts", "n"),
     "judge": ("question", "options", "answer", "explanation", "edit", "new_answer", "new_explanation"),
 }
+#: Upper bounds that keep a typo from becoming a run that never ends.
+MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
+#: Default largest image (pixels) read back or received from an image-edit service.
+MAX_IMAGE_PIXELS = 50_000_000
 
 
 @dataclass
@@ -30,10 +39,15 @@ class ItemsConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_fields(self, "items.")
         if self.source not in ITEM_SOURCES:
             raise ValueError(f"items.source: unknown source '{self.source}' (choose from: {', '.join(ITEM_SOURCES)})")
-        if self.n < 1:
-            raise ValueError(f"items.n: must be >= 1, got {self.n}")
+        if self.split not in SPLITS[self.source]:
+            raise ValueError(f"items.split: unknown split '{self.split}' ({', '.join(SPLITS[self.source])})")
+        if not 1 <= self.n <= MAX_ITEMS:
+            raise ValueError(f"items.n: must be >= 1, got {self.n}" if self.n < 1 else f"items.n: at most {MAX_ITEMS}, got {self.n}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"items.seed: must lie in [0, 2**32), got {self.seed}")
 
 
 @dataclass
@@ -43,10 +57,13 @@ class BootstrapConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.n_resamples < 100:
-            raise ValueError(f"bootstrap.n_resamples: must be >= 100, got {self.n_resamples}")
+        check_fields(self, "bootstrap.")
+        if not 100 <= self.n_resamples <= MAX_RESAMPLES:
+            raise ValueError(f"bootstrap.n_resamples: must lie in [100, {MAX_RESAMPLES}], got {self.n_resamples}")
         if not 0.5 < self.confidence < 1:
             raise ValueError(f"bootstrap.confidence: must lie in (0.5, 1), got {self.confidence}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"bootstrap.seed: must lie in [0, 2**32), got {self.seed}")
 
 
 @dataclass
@@ -55,7 +72,7 @@ class EDCTConfig:
     vlm: dict[str, Any]
     llm: dict[str, Any]
     judge: dict[str, Any]
-    prompts: dict[str, str]
+    prompts: dict[str, Any]
     judge2: dict[str, Any] | None = None
     data: dict[str, Any] = field(default_factory=lambda: {"name": "robot"})
     cache_dir: str | None = None
@@ -66,66 +83,98 @@ class EDCTConfig:
     k: int = 2
     editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic"})
     verify: dict[str, Any] = field(default_factory=dict)
-    #: Masks for editors that report none (hosted, diffusion): ``{target: module:callable, kwargs: {...}}``
-    #: building a :class:`cbm.vlm.verify.Segmenter` (a detector + segmenter); null: such edits go unverified.
+    #: Masks for editors that report none (hosted, diffusion): ``{target: "module:Class", kwargs: {...}}``,
+    #: a :class:`cbm.vlm.verify.Segmenter` class or a ``@segmenter_factory`` function; null: such edits go unverified.
     segmenter: dict[str, Any] | None = None
     verify_retries: int = 1
     gate_exact_edits: bool = False  # exact (synthetic) edits: record the verifier's verdict, or stop the chain on a fail
     workers: int = 4
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     progress: bool | None = None
+    #: Largest image (pixels) read back on resume or received from an image-edit service; refused undecoded.
+    max_image_pixels: int = MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
-        if isinstance(self.items, dict):
-            self.items = ItemsConfig(**self.items)
-        if isinstance(self.bootstrap, dict):
-            self.bootstrap = BootstrapConfig(**self.bootstrap)
+        self.items = nested(ItemsConfig, self.items, "items")
+        self.bootstrap = nested(BootstrapConfig, self.bootstrap, "bootstrap")
         for role in ("vlm", "llm", "judge", "judge2"):
             settings = getattr(self, role)
-            if settings is None:
+            if settings is None and role == "judge2":
                 continue
             try:
-                ClientConfig.from_mapping(dict(settings))
+                ClientConfig.from_mapping(settings)
             except ValueError as err:
                 raise ValueError(f"{role}: {err}") from None
+        check_fields(self)
         if self.answer_by not in ANSWER_MODES:
             raise ValueError(f"answer_by: '{self.answer_by}' is not one of {', '.join(ANSWER_MODES)}")
         if self.answer_by == "score" and dict(self.vlm).get("backend") != "local":
             raise ValueError("answer_by=score needs vlm.backend=local (hosted endpoints return text, not option log-probabilities)")
         if not 1 <= self.k <= 10:
             raise ValueError(f"k: must lie in [1, 10], got {self.k}")
-        if self.verify_retries < 0 or self.workers < 1:
-            raise ValueError("verify_retries must be >= 0 and workers >= 1")
-        kind = dict(self.editor).get("kind")
-        if kind not in EDITOR_KINDS:
-            raise ValueError(f"editor.kind: unknown editor '{kind}' (choose from: {', '.join(EDITOR_KINDS)})")
-        if kind in ("synthetic_robot", "synthetic_sudoku") and kind != f"synthetic_{self.items.source}":
-            raise ValueError(f"editor.kind={kind} cannot edit items.source={self.items.source} (use editor.kind=synthetic)")
-        if self.items.source != dict(self.data).get("name", "").split("_")[0]:
-            raise ValueError(f"items.source={self.items.source} needs data={self.items.source} (got data.name={dict(self.data).get('name')})")
-        if self.options is not None and len(self.options) < 2:
-            raise ValueError("options: at least two answer options (or null for the class names)")
-        if self.segmenter is not None and not str(dict(self.segmenter).get("target", "")).count(":") == 1:
-            raise ValueError("segmenter.target: must look like 'module:callable' (a factory returning a Segmenter)")
+        if not 0 <= self.verify_retries <= MAX_RETRIES or not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"verify_retries must lie in [0, {MAX_RETRIES}] and workers in [1, {MAX_WORKERS}]")
+        if not self.question.strip():
+            raise ValueError("question: empty")
+        if self.options is not None:
+            if len(self.options) < 2 or len({o.strip().lower() for o in self.options}) < len(self.options) or not all(o.strip() for o in self.options):
+                raise ValueError(f"options: at least two distinct, non-empty answer options (or null for the class names), got {self.options}")
+        from cbm.vlm.images import PIL_CEILING
+
+        if not 1 <= self.max_image_pixels <= PIL_CEILING:
+            raise ValueError(f"max_image_pixels: must lie in [1, {PIL_CEILING}] (PIL's own limit), got {self.max_image_pixels}")
+        self._check_data()
+        self._check_editor()
+        if self.segmenter is not None:
+            check_segmenter(self.segmenter)
         check_prompts(self.prompts)
         from cbm.vlm.verify import VerifyConfig
 
         try:
-            VerifyConfig(**dict(self.verify))
+            VerifyConfig(**self.verify)
         except TypeError as err:
             raise ValueError(f"verify: {err}") from None
 
+    def _check_data(self) -> None:
+        from synthetic.registry import data_config
+
+        if self.items.source != str(self.data.get("name", "")).split("_")[0]:
+            raise ValueError(f"items.source={self.items.source} needs data={self.items.source} (got data.name={self.data.get('name')})")
+        data_config(dict(self.data))  # the generator's own checks, one line each
+
+    def _check_editor(self) -> None:
+        from cbm.vlm.editors import check_editor
+
+        kind = self.editor.get("kind")
+        if kind not in EDITOR_KINDS:
+            raise ValueError(f"editor.kind: unknown editor '{kind}' (choose from: {', '.join(EDITOR_KINDS)})")
+        if kind in ("synthetic_robot", "synthetic_sudoku") and kind != f"synthetic_{self.items.source}":
+            raise ValueError(f"editor.kind={kind} cannot edit items.source={self.items.source} (use editor.kind=synthetic)")
+        check_editor(kind, {k: v for k, v in self.editor.items() if k != "kind"}, "editor")
+
+
+def check_segmenter(spec: dict[str, Any]) -> None:
+    """``{target, kwargs}``: the target imported and checked (a Segmenter class or a marked factory,
+    :func:`cbm.vlm.verify.resolve_segmenter`), the kwargs matching its parameters; nothing called."""
+    from cbm.vlm.typed import check_kwargs
+    from cbm.vlm.verify import resolve_segmenter
+
+    unknown = sorted(str(k) for k in spec if k not in ("target", "kwargs"))
+    if unknown:
+        raise ValueError(f"segmenter: unknown key(s) {unknown} (target, kwargs)")
+    kwargs = spec.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"segmenter.kwargs: must be a mapping, got {type(kwargs).__name__}")
+    check_kwargs(resolve_segmenter(spec.get("target")), kwargs, "segmenter.kwargs")
+
 
 def check_prompts(prompts: dict[str, str]) -> None:
-    """Every stage has a template, and each template uses only its stage's placeholders."""
+    """Every stage has a template, and each template uses only its stage's placeholders, written plainly."""
     missing = sorted(set(PROMPT_FIELDS) - set(prompts))
     if missing:
         raise ValueError(f"prompts: missing template(s) {missing}")
+    extra = sorted(set(prompts) - set(PROMPT_FIELDS))
+    if extra:
+        raise ValueError(f"prompts: unknown template(s) {extra} (known: {', '.join(PROMPT_FIELDS)})")
     for name, allowed in PROMPT_FIELDS.items():
-        try:
-            used = {f for _, f, _, _ in string.Formatter().parse(prompts[name]) if f}
-        except ValueError as err:
-            raise ValueError(f"prompts.{name}: bad template ({err}); write literal braces as {{{{ }}}}") from None
-        unknown = sorted(used - set(allowed))
-        if unknown:
-            raise ValueError(f"prompts.{name}: unknown placeholder(s) {unknown} (available: {', '.join(allowed)})")
+        check_template(name, prompts[name], allowed)

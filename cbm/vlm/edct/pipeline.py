@@ -14,6 +14,8 @@ errors, status), ``items/<id>/original.png``, ``items/<id>/step<i>.png`` / ``ste
 
 from __future__ import annotations
 
+import hashlib
+import io
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -31,7 +33,10 @@ from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt
+from cbm.vlm.images import load_image
 from cbm.vlm.reply import ChatError
+from cbm.vlm.sealed import read_json, seal, unseal
+from cbm.vlm.typed import conforms
 from synthetic.atomic import atomic_write, write_json_atomic
 
 log = logging.getLogger("cbm.vlm")
@@ -63,8 +68,14 @@ class Clients:
         return out
 
 
-def _png(path: Path, image: Image.Image) -> None:
-    atomic_write(path, lambda f: image.save(f, format="PNG"))
+def _png(path: Path, image: Image.Image) -> str:
+    """Write ``image`` as PNG (atomic); the sha256 of the bytes written (kept in the record, so a
+    resumed run reads back only the image it wrote)."""
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    data = buf.getvalue()
+    atomic_write(path, lambda f: f.write(data))
+    return hashlib.sha256(data).hexdigest()
 
 
 class Pipeline:
@@ -112,7 +123,7 @@ class Pipeline:
     def run_item(self, item_id: str, item: EditItem, options: list[str]) -> dict[str, Any]:
         d = inside(self.root, self.root / slug(item_id), "EDCT item id")  # ids may come from data: slugged
         path = d / "record.json"
-        rec = _load(path) or {"id": item_id, "status": "started"}
+        rec = _load(path, item_id) or {"id": item_id, "status": "started"}
         rec["question"] = self.cfg.question
         if self.label_of is not None:
             rec["truth"] = self.label_of(item.meta)
@@ -120,7 +131,7 @@ class Pipeline:
             _png(d / "original.png", item.image)
 
         def save() -> None:
-            write_json_atomic(path, rec)
+            write_json_atomic(path, seal(rec))
 
         if rec["status"] in TERMINAL:
             return rec
@@ -177,8 +188,10 @@ class Pipeline:
             if i < len(steps) and steps[i].get("status") in ("judged", "stopped"):
                 if steps[i]["status"] == "stopped":
                     return
-                current = self._restore(item, steps[i], d / f"step{i + 1}.png")
-                continue
+                restored = self._restore(item, steps[i], d / f"step{i + 1}.png")
+                if restored is not None:
+                    current = restored
+                    continue  # else the step is made again
             step: dict[str, Any] = {"index": i + 1, "concept": instr.concept, "instruction": asdict(instr), "edit_text": edit_prompt(instr)}
             del steps[i:]
             steps.append(step)
@@ -214,7 +227,7 @@ class Pipeline:
                     step.update(status="stopped", reason=f"edit not local: {verdict.reason}")
                     save()
                     return
-            _png(d / f"step{i + 1}.png", result.image)
+            step["image_sha256"] = _png(d / f"step{i + 1}.png", result.image)
             if mask is not None:
                 _png(d / f"step{i + 1}_mask.png", Image.fromarray(mask.astype(np.uint8) * 255))
             nxt = EditItem(result.image, result.meta if result.meta is not None else current.meta, current.kind)
@@ -232,13 +245,28 @@ class Pipeline:
             save()
             current = nxt
 
-    @staticmethod
-    def _restore(item: EditItem, step: dict, png: Path) -> EditItem:
-        """The item as left by a finished step (resume): its saved image and, for synthetic items, its attribute row."""
-        image = Image.open(png).convert("RGB")
+    def _restore(self, item: EditItem, step: dict, png: Path) -> EditItem | None:
+        """The item as left by a finished step (resume): its saved image and, for synthetic items, its
+        attribute row; ``None`` (the step is redone) when the image is not the one the step wrote
+        (missing, changed: its sha256 differs, or unreadable) or the row does not fit the item."""
+        try:
+            data = png.read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != step.get("image_sha256"):
+            log.warning("edct: %s is not the image this step wrote; the step is redone", png)
+            return None
+        try:
+            image = load_image(data, self.cfg.max_image_pixels, str(png))
+        except ValueError as err:
+            log.warning("edct: %s; the step is redone", err)
+            return None
         meta = item.meta
         if isinstance(meta, dict) and step.get("meta_row") is not None:
-            meta = {**meta, "row": np.asarray(step["meta_row"], dtype=np.int64)}
+            row = np.asarray(step["meta_row"], dtype=np.int64)
+            if "row" in meta and row.shape != np.shape(meta["row"]):
+                return None
+            meta = {**meta, "row": row}
         return EditItem(image, meta, item.kind)
 
     # ----------------------------------------------------------------- all items
@@ -257,16 +285,20 @@ class Pipeline:
 
 
 def load_segmenter(spec: dict[str, Any]) -> Any:
-    """The :class:`~cbm.vlm.verify.Segmenter` a ``{target: module:callable, kwargs}`` mapping builds."""
-    import importlib
+    """The :class:`~cbm.vlm.verify.Segmenter` a ``{target: "module:Class", kwargs}`` mapping builds.
+    The target is resolved and checked first (:func:`cbm.vlm.verify.resolve_segmenter`: a Segmenter
+    class or a ``@segmenter_factory``; ``os:system`` and the like are refused uncalled), then its
+    keyword arguments against its signature, and only then is it called."""
+    from cbm.vlm.edct.config import check_segmenter
+    from cbm.vlm.verify import resolve_segmenter
 
-    target = str(spec.get("target", ""))
-    module, _, attr = target.partition(":")
+    check_segmenter(spec)
+    target = spec.get("target")
+    factory = resolve_segmenter(target)
     try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"segmenter.target: cannot import '{target}' ({type(err).__name__}: {err})") from None
-    seg = factory(**dict(spec.get("kwargs") or {}))
+        seg = factory(**dict(spec.get("kwargs") or {}))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"segmenter: '{target}' could not be built ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
     if not callable(getattr(seg, "mask", None)):
         raise ValueError(f"segmenter.target: '{target}' returned a {type(seg).__name__}, not a segmenter with mask(image, concept)")
     return seg
@@ -303,14 +335,46 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _load(path: Path) -> dict[str, Any] | None:
-    import json
+#: What the pipeline reads back from a saved record (extra keys are kept; values of these keys must fit).
+ERRORS = [str]
+ANSWER = {"answer": (str, None), "explanation": (str, None), "reply": str, "errors": ERRORS, "?scores": [float]}
+VERDICT = {"ac": (bool, None), "ef": (bool, None), "score": (int, None), "reply": str, "errors": ERRORS}
+EDIT = {"concept": str, "keep": str, "change": str, "how": str, "constraints": str, "target": (str, None)}
+STEP = {"index": int, "concept": str, "instruction": EDIT, "edit_text": str, "?status": str, "?requery": ANSWER,
+        "?judge": VERDICT, "?judge2": VERDICT, "?answer_changed": (bool, None), "?known_change": bool, "?truth": str,
+        "?meta_row": ([int], None), "?image_sha256": str,
+        "?verify": {"passed": bool, "in_ratio": float, "out_ratio": float, "reason": str}}  # fmt: skip
+JUDGED_STEP = {**STEP, "requery": ANSWER, "judge": VERDICT, "answer_changed": (bool, None)}
+RECORD = {"id": str, "status": str, "?error": str, "?truth": str, "?baseline": ANSWER,
+          "?concepts": {"concepts": [str], "reply": str, "errors": ERRORS},
+          "?chain": {"edits": [EDIT], "reply": str, "errors": ERRORS}, "?steps": [STEP]}  # fmt: skip
 
+
+def valid_record(rec: Any, item_id: str) -> bool:
+    """Whether a record read back is this item's and has the shape every stage reads (so even a
+    record whose digest was recomputed cannot feed a wrong type to the pipeline or the tables)."""
+    if not conforms(rec, RECORD) or rec["id"] != item_id:
+        return False
+    if any(set(e) != set(EDIT) for e in rec.get("chain", {}).get("edits", [])):
+        return False
+    return all(conforms(s, JUDGED_STEP) for s in rec.get("steps", []) if s.get("status") == "judged")
+
+
+def _load(path: Path, item_id: str) -> dict[str, Any] | None:
+    """The item's saved record, or ``None`` (the item starts again).
+
+    A record is a resume point: the replies in it are also in the client's reply cache, so a
+    record that cannot be trusted (unreadable, edited since written: its sha256 differs, another
+    item's, of the wrong shape) is treated as missing, with a warning, and the item is redone
+    rather than the run refused (only image edits are made again)."""
+    if not path.exists():
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        rec = unseal(read_json(path))
+    except ValueError as err:
+        log.warning("edct: %s; the item is redone", err)
         return None
-    except (OSError, ValueError) as err:  # a torn record (should not happen: writes are atomic) is redone
-        log.warning("edct: ignoring unreadable record %s (%s)", path, err)
+    if rec is None or not valid_record(rec, item_id):
+        log.warning("edct: %s changed since it was written or is not this item's record; the item is redone", path)
         return None
-
+    return rec

@@ -40,13 +40,21 @@ def robot_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     items = robot_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
     named = [(f"robot-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
     kind = cfg.editor["kind"]
-    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_robot"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**dict(cfg.editor))
+    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_robot"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**free_editor(cfg))
 
     def label_of(meta: Any) -> str:
         row = np.asarray(meta["row"] if isinstance(meta, dict) else meta, dtype=np.int64)[None]
         return CLASS_NAMES[int(glorp_probability(attribute_table(row), dcfg)[0] > 0.5)]
 
     return named, list(cfg.options or CLASS_NAMES), editor, label_of
+
+
+def free_editor(cfg: EDCTConfig) -> dict[str, Any]:
+    """The settings of a hosted or diffusion editor (a hosted one takes the run's pixel limit unless set)."""
+    settings = dict(cfg.editor)
+    if settings["kind"] == "hosted":
+        settings.setdefault("max_image_pixels", cfg.max_image_pixels)
+    return settings
 
 
 def _positions(cfg: EDCTConfig, pool: int) -> np.ndarray:
@@ -73,7 +81,7 @@ def sudoku_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     items = sudoku_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
     named = [(f"sudoku-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
     kind = cfg.editor["kind"]
-    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_sudoku"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**dict(cfg.editor))
+    editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_sudoku"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**free_editor(cfg))
 
     def label_of(meta: Any) -> str:
         return CLASS_NAMES[int(check_board(np.asarray(meta["board"]))[None].reshape(-1, 27).all())]

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cbm.vlm.editors.base import (
@@ -29,6 +29,7 @@ from cbm.vlm.editors.synthetic import (
     robot_items,
     sudoku_items,
 )
+from cbm.vlm.typed import check_kwargs
 
 #: ``make_editor`` kinds and the classes they build.
 EDITOR_KINDS: dict[str, Callable[..., Editor]] = {
@@ -37,6 +38,18 @@ EDITOR_KINDS: dict[str, Callable[..., Editor]] = {
     "hosted": HostedImageEditor,
     "diffusers": DiffusersEditor,
 }
+
+
+def check_editor(kind: str, settings: Mapping[str, Any], where: str = "editor") -> None:
+    """A config's editor settings (all but ``kind``), checked before anything is built: the
+    synthetic editors take only ``strict``; hosted and diffusers check theirs (names, types,
+    endpoint and key, model directory)."""
+    if kind.startswith("synthetic"):
+        check_kwargs(RobotEditor, settings, where, skip=("cfg",))
+    elif kind == "hosted":
+        HostedImageEditor.check_settings(settings, where)
+    elif kind == "diffusers":
+        DiffusersEditor.check_settings(settings, where)
 
 
 def make_editor(kind: str, **kwargs: Any) -> Editor:
@@ -56,6 +69,7 @@ __all__ = [
     "EditItem",
     "EditResult",
     "Editor",
+    "check_editor",
     "HostedImageEditor",
     "MissingDependencyError",
     "RobotEditor",

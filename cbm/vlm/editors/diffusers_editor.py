@@ -8,6 +8,8 @@ to install it. The edit region is unknown (``mask=None``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
@@ -58,6 +60,24 @@ class DiffusersEditor:
         self.image_guidance_scale = image_guidance_scale
         self.seed = seed
         self._pipe: Any | None = None
+
+    @staticmethod
+    def check_settings(settings: Mapping[str, Any], where: str = "editor") -> None:
+        """A config's editor settings (``editor.kind=diffusers``), checked without loading anything:
+        known names of the right types, a model directory, sane numbers, ``diffusers`` installed."""
+        import importlib.util
+
+        from cbm.vlm.typed import check_kwargs
+
+        check_kwargs(DiffusersEditor, settings, where)
+        if not Path(settings["model_path"]).expanduser().is_dir():
+            raise ValueError(f"{where}.model_path: no model directory at '{settings['model_path']}' (a local InstructPix2Pix pipeline; no downloads)")
+        if not 1 <= settings.get("steps", 20) <= 1000 or settings.get("seed", 0) < 0:
+            raise ValueError(f"{where}: steps must lie in [1, 1000] and seed be >= 0")
+        if min(settings.get("guidance_scale", 7.5), settings.get("image_guidance_scale", 1.5)) < 0:
+            raise ValueError(f"{where}: guidance scales must be >= 0")
+        if importlib.util.find_spec("diffusers") is None:
+            raise ValueError(f"{where}.kind=diffusers: {INSTALL_HINT}")
 
     def _pipeline(self) -> Any:
         if self._pipe is None:

@@ -11,15 +11,41 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import math
+import os
+from collections.abc import Mapping
 from typing import Any
 
-from PIL import Image
-
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, EditResult, edit_prompt
+from cbm.vlm.endpoint import (
+    check_secret_transport,
+    effective_base_url,
+    is_loopback,
+    normalise,
+    parse_base_url,
+)
+from cbm.vlm.images import load_image
 
 #: Default seconds to wait for one edit request (image generation is slow).
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MODEL = "gpt-image-1"
+#: Default largest image (width x height) accepted from the service; larger ones are refused undecoded.
+MAX_IMAGE_PIXELS = 50_000_000
+
+
+def endpoint_key(base_url: str | None, api_key_env: str, allow_insecure: bool, where: str = "editor") -> str | None:
+    """The API key for the image-edit endpoint, checked before any connection (one line each): a
+    valid http(s) URL; a key in ``$api_key_env`` for a hosted https endpoint; never a key in clear
+    text to a non-loopback host unless ``allow_insecure``. ``None``: no key (a local server)."""
+    url, src = effective_base_url(base_url)
+    src = src.replace("client.", f"{where}.")
+    parts = parse_base_url(url, src)
+    key = os.environ.get(api_key_env) or None
+    check_secret_transport(url, [f"the API key in ${api_key_env}"] if key else [], allow_insecure, src)
+    if not key and parts.scheme.lower() == "https" and not is_loopback(parts.hostname or ""):
+        raise ValueError(f"{where}: the environment variable {api_key_env} is not set (the API key of the image-edit endpoint "
+                         f"{normalise(url)}); set it, or point {where}.base_url at a local endpoint")  # fmt: skip
+    return key
 
 
 class HostedImageEditor:
@@ -28,10 +54,14 @@ class HostedImageEditor:
     Parameters
     ----------
     model : image-editing model name.
-    base_url, api_key : the server (``None``: the SDK's defaults / ``OPENAI_API_KEY``).
+    base_url : the server (``None``: ``$OPENAI_BASE_URL`` or the SDK's default).
+    api_key_env : the environment variable holding the API key (never a key in a config); the key
+        goes only over https, to a loopback host, or with ``allow_insecure``.
+    api_key : a key passed directly (Python callers; configs name ``api_key_env``).
     timeout : seconds per request; max_retries : the SDK's retries of transient errors.
     params : further ``images.edit`` arguments (``size``, ``quality``, ``response_format`` ...).
-    client : a ready ``openai.OpenAI`` client (overrides ``base_url``/``api_key``/``timeout``).
+    max_image_pixels : largest returned image accepted (checked before decoding).
+    client : a ready ``openai.OpenAI`` client (overrides the endpoint settings).
     """
 
     def __init__(
@@ -39,24 +69,49 @@ class HostedImageEditor:
         model: str = DEFAULT_MODEL,
         *,
         base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
         api_key: str | None = None,
+        allow_insecure: bool = False,
         timeout: float = DEFAULT_TIMEOUT_S,
         max_retries: int = 2,
         params: dict[str, Any] | None = None,
+        max_image_pixels: int = MAX_IMAGE_PIXELS,
         client: Any | None = None,
     ):
         self.model = model
         self.params = dict(params or {})
+        self.max_image_pixels = max_image_pixels
         if client is None:
+            if api_key is None:
+                api_key = endpoint_key(base_url, api_key_env, allow_insecure)
+            else:
+                check_secret_transport(effective_base_url(base_url)[0], ["the API key"], allow_insecure, "editor.base_url")
             try:
                 import openai
             except ImportError as err:  # pragma: no cover - openai is a dependency of the vlm extra
                 raise ImportError("HostedImageEditor needs the 'openai' package: pip install openai") from err
-            try:
-                client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+            try:  # a local server without a key: the SDK still wants one, and gets a placeholder
+                client = openai.OpenAI(base_url=base_url, api_key=api_key or "no-key", timeout=timeout, max_retries=max_retries)
             except openai.OpenAIError as err:
                 raise EditError(f"HostedImageEditor: cannot create the client ({err}); pass api_key=...") from err
         self.client = client
+
+    @staticmethod
+    def check_settings(settings: Mapping[str, Any], where: str = "editor") -> None:
+        """A config's editor settings (``editor.kind=hosted``), checked without connecting: known
+        names of the right types, sane numbers, the endpoint and its key (:func:`endpoint_key`)."""
+        from cbm.vlm.typed import check_kwargs
+
+        if "api_key" in settings:
+            raise ValueError(f"{where}.api_key: a key is never written in a config; put it in an environment variable "
+                             f"and name that in {where}.api_key_env")  # fmt: skip
+        check_kwargs(HostedImageEditor, settings, where, skip=("api_key", "client"))
+        timeout, retries = settings.get("timeout", DEFAULT_TIMEOUT_S), settings.get("max_retries", 2)
+        if not (math.isfinite(timeout) and timeout > 0) or not 0 <= retries <= 20:
+            raise ValueError(f"{where}: timeout must be > 0 and max_retries in [0, 20], got {timeout}, {retries}")
+        if not 1 <= settings.get("max_image_pixels", MAX_IMAGE_PIXELS):
+            raise ValueError(f"{where}.max_image_pixels: must be >= 1")
+        endpoint_key(settings.get("base_url"), settings.get("api_key_env", "OPENAI_API_KEY"), settings.get("allow_insecure", False), where)
 
     def edit(self, item: EditItem, instruction: EditInstruction) -> EditResult:
         """Send the image and the prompt of ``instruction``; decode the returned ``b64_json`` image."""
@@ -82,8 +137,10 @@ class HostedImageEditor:
                 "(for models that default to URLs pass params={'response_format': 'b64_json'})"
             )
         try:
-            image = Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB")
-        except (binascii.Error, OSError) as err:
-            raise EditError(f"hosted image edit ({where}) returned an undecodable image: {err}") from err
+            image = load_image(base64.b64decode(b64), self.max_image_pixels, f"hosted image edit ({where})")
+        except binascii.Error as err:
+            raise EditError(f"hosted image edit ({where}) returned undecodable base64: {err}") from err
+        except ValueError as err:  # not an image, truncated, or over the pixel limit (never decoded)
+            raise EditError(str(err)) from err
         changed = {"attribute": instruction.concept, "from": None, "to": instruction.target or instruction.change}
         return EditResult(image, None, f"hosted edit by {self.model}: {prompt.splitlines()[0]}", changed)
