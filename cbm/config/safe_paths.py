@@ -45,13 +45,22 @@ def _problem(s: str) -> str | None:
         return "it names a directory, not an entry"
     if "/" in s or "\\" in s:
         return "it contains a path separator"
-    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+    if _has_control(s):
         return "it contains a control character"
     if _DRIVE.match(s) or PureWindowsPath(s).is_absolute() or PurePosixPath(s).is_absolute():
         return "it is an absolute path"
     if len(s.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         return f"it is longer than {MAX_NAME_BYTES} bytes"
     return None
+
+
+def _has_control(s: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in s)
+
+
+def _shown(s: str) -> str:
+    """``s`` quoted on one line (control characters escaped), long values cut."""
+    return repr(s if len(s) <= 80 else s[:77] + "...")
 
 
 def check_component(value: Any, what: str) -> str:
@@ -61,8 +70,7 @@ def check_component(value: Any, what: str) -> str:
     s = str(value) if value is not None else ""
     why = _problem(s)
     if why:
-        shown = repr(s if len(s) <= 80 else s[:77] + "...")
-        raise ValueError(f"{what}: {shown} is not usable as a file or directory name ({why})")
+        raise ValueError(f"{what}: {_shown(s)} is not usable as a file or directory name ({why})")
     return s
 
 
@@ -113,15 +121,14 @@ def check_file_path(value: Any, what: str) -> Path:
     and its last part a usable file name (not ``.`` or ``..``, no trailing separator)."""
     s = os.fspath(value) if isinstance(value, Path) else str(value if value is not None else "")
     name = s.replace("\\", "/").rsplit("/", 1)[-1]
-    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+    if _has_control(s):
         why = "it contains a control character"
     elif name in ("", ".", ".."):
         why = "it ends in a directory" if s else "it is empty"
     else:
         why = _problem(name)
     if why:
-        shown = repr(s if len(s) <= 80 else s[:77] + "...")
-        raise ValueError(f"{what}: {shown} does not name a file ({why})")
+        raise ValueError(f"{what}: {_shown(s)} does not name a file ({why})")
     return Path(s)
 
 
@@ -129,7 +136,7 @@ def check_hydra_names(cfg: Any) -> None:
     """Hydra's own names that become paths: ``hydra.job.name`` (the log file), ``hydra.output_subdir``
     (``.hydra``) and a sweep's ``hydra.sweep.subdir`` stay in the run directory, and every config
     group choice (``+experiment=<preset>``, ``data=<name>``) in the config folder. The run and sweep
-    directories themselves are paths a user may point anywhere."""
+    directories themselves are paths a user may point anywhere, but without control characters."""
     from omegaconf import OmegaConf
 
     hydra = cfg.get("hydra") if hasattr(cfg, "get") else None
@@ -145,6 +152,10 @@ def check_hydra_names(cfg: Any) -> None:
     name = value("job.name")
     if name is not None:
         check_component(name, "hydra.job.name")
+    for key in ("run.dir", "sweep.dir"):
+        d = value(key)
+        if d is not None and _has_control(str(d)):
+            raise ValueError(f"hydra.{key}: {_shown(str(d))} contains a control character")
     for key in ("output_subdir", "sweep.subdir"):
         sub = value(key)
         if sub is not None:

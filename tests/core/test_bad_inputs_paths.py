@@ -39,6 +39,7 @@ EXPERIMENT = [
     (["~models", "+models={a\\b: [model=cbm]}"], "models: 'a\\\\b'", (SLOW,)),
     (["hydra.job.name=../../evil"], "hydra.job.name: '../../evil'", (SLOW,)),
     (["hydra.output_subdir=../../cfg"], f"hydra.output_subdir: '../../cfg' {OUTSIDE} the run directory", (SLOW,)),
+    ([f"output_dir=FX/{ENV_NAME}"], "contains a control character", (SLOW,)),
 ]
 TRAIN = [
     (["data.name=../../x"], "got '../../x'", ()),
@@ -50,6 +51,9 @@ TRAIN = [
     (["hydra.output_subdir=../../x"], "hydra.output_subdir: '../../x'", (SLOW,)),
     (["--multirun", "hydra.sweep.subdir=../../x"], "hydra.sweep.subdir: '../../x'", ()),
     (["hydra.run.dir=FX/files/a_file"], "hydra.run.dir: cannot create", ()),
+    ([f"hydra.run.dir=FX/{ENV_NAME}"], "hydra.run.dir: 'FX/a\\nb\\tc' contains a control character", ()),
+    (["--multirun", "model.name=cbm,../../x"], "unknown model '../../x'", (SLOW,)),
+    (["--multirun", "hydra.job.name=a,../b"], "hydra.job.name: '../b'", (SLOW,)),
     (["data=../model/cbm"], f"data: '../model/cbm' {OUTSIDE} conf/data/", ()),
     (["model=../data/robot"], f"model: '../data/robot' {OUTSIDE} conf/model/", (SLOW,)),
     (["logger=../trainer/default"], "logger: '../trainer/default'", (SLOW,)),

@@ -180,6 +180,15 @@ def hydra_output_subdir(run: Path, bad: str) -> None:
     check_hydra_names(OmegaConf.create({"hydra": {"output_subdir": bad}}))
 
 
+def test_run_and_sweep_directories_go_anywhere_but_have_no_control_characters():
+    from omegaconf import OmegaConf
+
+    check_hydra_names(OmegaConf.create({"hydra": {"run": {"dir": "/anywhere/../at/all"}, "sweep": {"dir": "../x"}}}))
+    for key in ("run", "sweep"):
+        with pytest.raises(ValueError, match=f"^hydra.{key}.dir: 'out/a\\\\nb' contains a control character$"):
+            check_hydra_names(OmegaConf.create({"hydra": {key: {"dir": "out/a\nb"}}}))
+
+
 def hydra_group_choice(run: Path, bad: str) -> None:
     from omegaconf import OmegaConf
 
