@@ -32,7 +32,7 @@ EXPERIMENT = [
     (["name=.."], f"name: '..' {NOT_A_NAME} (it names a directory", ()),
     (["name=/tmp/x"], "name: '/tmp/x'", (SLOW,)),
     (["name=a\\b"], "name: 'a\\\\b'", (SLOW,)),
-    ([f"name={ENV_NAME}"], "(it contains a control character)", ()),
+    ([f"name={ENV_NAME}"], "'experiments/a\\nb\\tc' contains a control character", ()),  # output_dir: experiments/<name>
     (["~settings", "+settings={../x: [data.concept_noise=0.1]}"], "settings: '../x'", ()),
     (["~settings", "+settings={..: []}"], "settings: '..'", (SLOW,)),
     (["~models", "+models={/tmp/x: [model=cbm]}"], "models: '/tmp/x'", ()),
