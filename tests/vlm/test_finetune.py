@@ -269,8 +269,8 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
     torch.testing.assert_close(merged, adapted, atol=1e-4, rtol=1e-4)
 
 
-#: Run in a subprocess under a 64 KiB file-size limit (SIGXFSZ ignored, so a write fails with EFBIG
-#: instead of killing the process): ``save_outputs`` into ``out`` must raise one clean WriteError.
+#: Run in a subprocess: ``save_outputs`` into each ``out`` under a file-size limit (SIGXFSZ ignored, so
+#: a write fails with EFBIG instead of killing the process) must raise one clean WriteError.
 SAVE_UNDER_LIMIT = """
 import resource, signal, sys
 from pathlib import Path
@@ -279,14 +279,15 @@ from cbm.vlm.finetune.model import LoraSettings, add_lora, load_model
 from cbm.vlm.finetune.run import save_outputs
 from synthetic.atomic import WriteError
 
-tiny, outs = sys.argv[1], sys.argv[2:]
+tiny, saves = sys.argv[1], sys.argv[2:]
 model = add_lora(load_model(tiny), LoraSettings(r=64), gradient_checkpointing=False)  # a ~512 KiB adapter
 processor = AutoProcessor.from_pretrained(tiny, local_files_only=True)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
-for out in outs:
+for save in saves:
+    limit, merge, out = save.split(":", 2)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), resource.RLIM_INFINITY))
     try:
-        save_outputs(model, processor, Path(out), merge=False)
+        save_outputs(model, processor, Path(out), merge=merge == "merge")
     except WriteError as err:
         print(err)
     else:
@@ -316,16 +317,21 @@ def test_a_failed_adapter_save_keeps_the_previous_adapter_or_none_never_a_partia
     (previous / "adapter_model.safetensors").write_bytes(b"previous weights")
     before = _snapshot(previous)
     fresh = tmp_path / "fresh"
-    res = subprocess.run([sys.executable, "-c", SAVE_UNDER_LIMIT, str(tiny), str(previous.parent), str(fresh)],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    merged = tmp_path / "merged"
+    kib = 1024
+    saves = [f"{64 * kib}:adapter:{previous.parent}", f"{64 * kib}:adapter:{fresh}", f"{600 * kib}:merge:{merged}"]
+    res = subprocess.run([sys.executable, "-c", SAVE_UNDER_LIMIT, str(tiny), *saves], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.strip().splitlines()[-2:]
-    assert len(lines) == 2 and all("; the adapter could not be saved: " in ln and "file too large" in ln for ln in lines), res.stdout
-    assert lines[0].startswith(f"results written to {previous.parent}")
+    lines = res.stdout.strip().splitlines()[-3:]
+    assert len(lines) == 3 and all("could not be saved: " in ln and "file too large" in ln for ln in lines), res.stdout
+    assert lines[0].startswith(f"results written to {previous.parent}; the adapter could not be saved: ")
     assert _snapshot(previous) == before  # the previous adapter, byte for byte
     assert not (fresh / "adapter").exists()  # none rather than a partial one
-    for d in (previous.parent, fresh):
-        assert [p.name for p in d.iterdir() if p.name != "adapter"] == []  # no temp directory left behind
+    # a 512 KiB adapter fits under 600 KiB, the 660 KiB merged model does not: the adapter is kept and said so
+    assert lines[2].startswith(f"results written to {merged}; the adapter saved to {merged / 'adapter'}; the merged model could not be saved: ")
+    assert (merged / "adapter" / "adapter_model.safetensors").is_file() and not (merged / "merged").exists()
+    for d in (previous.parent, fresh, merged):
+        assert [p.name for p in d.iterdir() if p.name not in ("adapter", "merged")] == []  # no temp directory left behind
 
 
 @pytest.mark.slow

@@ -224,7 +224,7 @@ def save_outputs(model: Any, processor: Any, out: Path, merge: bool) -> None:
             model.save_pretrained(d)
             processor.save_pretrained(d)
         if merge:
-            saved.append(f"the adapter to {out / 'adapter'}")
+            saved.append(f"the adapter saved to {out / 'adapter'}")
             what = "merged model"
             merged = model.merge_and_unload()
             with atomic_dir(out / "merged") as d:
