@@ -24,6 +24,8 @@ import torch
 from badinput import SLOW, Payload, assert_refused, params
 from PIL import Image
 
+from cbm.vlm.finetune.checks import wandb_key_known
+
 PROG = "cbm-finetune"
 FT = "@FT"
 #: A directory that passes the model-shape checks (config.json with a model_type, a weights file).
@@ -49,21 +51,16 @@ SETTINGS = [
     ([M, "finetune=qlora", "merge=true"], "merge=true needs quant=none"),
     ([M, "finetune=qlora", "model.device=cpu"], "needs a CUDA GPU, not model.device=cpu"),
     ([M, "finetune=nope"], "unknown finetune 'nope' (choose from: lora_cpu, qlora)"),
-    ([M, "train.epochs=0"], "train.epochs: must be in [1, 1,000,000], got 0"),
     ([M, "train.epochs=abc"], "train.epochs: expected an integer, got 'abc'"),
     ([M, "train.epochs=1e30"], "train.epochs: expected an integer, got 1e+30"),
     ([M, "train.lr=nan"], "train.lr: must be in (0, 1], got nan"),
     ([M, "train.lr=1e9"], "train.lr: must be in (0, 1], got 1000000000.0"),
-    ([M, "train.lr=-1"], "train.lr: must be in (0, 1], got -1.0"),
     ([M, "train.batch_size=10000000000000"], "train.batch_size: must be in [1, 65,536]"),
-    ([M, "train.grad_accum=-2"], "train.grad_accum: must be in [1, 65,536], got -2"),
     ([M, "train.max_steps=0"], "train.max_steps (-1: no limit): must be in [1,"),
     ([M, "train.precision=fp8"], "train.precision: 'fp8' is not one of 32, bf16"),
     ([M, "train.gradient_checkpointing=maybe"], "train.gradient_checkpointing: expected true or false, got 'maybe'"),
     ([M, "eval.pool_threshold=inf"], "eval.pool_threshold: must be in [0, 1), got inf"),
-    ([M, "eval.max_new_tokens=0"], "eval.max_new_tokens: must be in [1, 4,096], got 0"),
     ([M, "lora.r=0"], "lora.r: must be in [1, 4,096], got 0"),
-    ([M, "lora.dropout=1"], "lora.dropout: must be in [0, 1), got 1.0"),
     ([M, "lora.target_modules=[]"], "lora.target_modules: empty"),
     ([M, "lora.target_modules='(q_proj'"], "lora.target_modules: '(q_proj' is not a regular expression"),
     ([M, "seed=-1"], "seed: must be in [0, 4,294,967,295], got -1"),
@@ -77,6 +74,8 @@ SETTINGS = [
     ([M, "data.source.image_size=96"], "unknown key 'data.source.image_size' (data.source is null: set it whole, 'data.source={image_size: ...}')"),
     ([M, "data.source={image_size: 3}"], "data.source: RobotConfig.image_size: must be in [8, 1024], got 3"),
     ([M, "data.source={name: sudoku}"], "data.source.name: 'sudoku' contradicts data.build=robot"),
+    ([M, "data.source={n_test: 0}"], "data.source.n_test: the number of items is data.n"),
+    ([M, "data.build=sudoku", "data.source={modality: tabular}"], "data.source.modality: counterfactual pairs are images, not 'tabular'"),
     ([M, "data.build=edct"], "data.source: data.build=edct needs the cbm-edct run"),
     ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/empty_dir}}"], "is not a cbm-edct run directory (no results.json)"),
     ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_empty}}"], "edct_empty has no judged steps with ground truth"),
@@ -116,9 +115,6 @@ BAD_LINES = {
     "meta_list": (_row(9, "original", meta=[1, 2]), "'meta' must be an object, got list"),
     "pair_id_bool": (_row(9, "original", pair_id=True), "'pair_id' must be a non-empty string or an integer, got True"),
     "answer_number": (_row(9, "original", answer=5), "'answer' must be a string, got int"),
-    "answer_empty": (_row(9, "original", answer="  "), "empty answer"),
-    "split_unknown": (_row(9, "train"), "unknown split 'train'"),
-    "missing_field": ({k: v for k, v in _row(9, "original").items() if k != "question"}, "missing field(s) ['question']"),
     "unknown_field": (_row(9, "original", masks="mask.png"), "unknown field(s) ['masks']"),
     "mask_number": (_row(9, "original", mask=3), "'mask' must be a path (a string) or null, got int"),
     "mask_size": (_row(9, "original", mask="small_mask.png"), f"mask {FT}/files/small_mask.png is 8x8, the image 64x64"),
@@ -144,6 +140,8 @@ JSONL += [
     ([M, f"data.jsonl={FT}/files/one_pair.jsonl"], "data: 1 pair(s) cannot be split into training and evaluation"),
     ([M, GOOD, "data.max_image_pixels=100"], "over data.max_image_pixels=100 (refused before decoding)"),
 ]
+#: Online W&B without a key (only where this machine has none).
+SETTINGS += [] if wandb_key_known() else [([M, "logger.wandb.mode=online"], "logger.wandb.mode=online needs a W&B API key")]
 #: Refused after torch is imported (a GPU asked for) or a model directory is loaded.
 NO_GPU = [] if torch.cuda.is_available() else [
     ([M, GOOD, "model.device=cuda"], "model.device=cuda but no CUDA GPU is available"),

@@ -66,6 +66,10 @@ def generator_config(kind: str, n: int, source: dict[str, Any] | None) -> Any:
     src = dict(source or {})
     if "name" in src and src["name"] != kind:
         raise ValueError(f"data.source.name: '{src['name']}' contradicts data.build={kind} (leave it out)")
+    if "n_test" in src:
+        raise ValueError("data.source.n_test: the number of items is data.n (leave it out)")
+    if src.get("modality", "image") != "image":
+        raise ValueError(f"data.source.modality: counterfactual pairs are images, not '{src['modality']}'")
     try:
         return data_config({**SOURCE_DEFAULTS[kind], "n_test": n, **src})
     except (ConfigError, ValueError) as err:

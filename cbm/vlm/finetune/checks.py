@@ -92,6 +92,19 @@ def edct_source(source: dict[str, Any]) -> dict[str, Any]:
     return dict(source)
 
 
+def wandb_key_known() -> bool:
+    """A W&B API key in the environment or ``~/.netrc`` (what ``wandb`` reads without a prompt)."""
+    import netrc
+    import os
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def preflight(cfg: FinetuneConfig) -> None:
     """Everything checkable before a model loads: the rows (a JSONL file is read and every row and
     image checked), the generator settings or EDCT run, the cache folder, the GPU asked for."""
@@ -108,4 +121,7 @@ def preflight(cfg: FinetuneConfig) -> None:
         generator_config(d.build, d.n, d.source)
         if d.cache_dir:
             check_creatable(d.cache_dir, "data.cache_dir")
+    wandb = dict(cfg.logger or {}).get("wandb") or {}
+    if wandb.get("enabled") and wandb.get("mode") == "online" and not wandb_key_known():
+        raise ValueError("logger.wandb.mode=online needs a W&B API key (WANDB_API_KEY or wandb login); mode=offline needs none")
     check_device_available(cfg.model.device, cfg.quant)
