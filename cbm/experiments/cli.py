@@ -92,6 +92,10 @@ def explain(err: Exception, overrides: list[str], config_name: str) -> str:
         mark = bad_yaml.problem_mark
         return f"config: {mark.name}: not valid YAML at line {mark.line + 1} ({bad_yaml.problem})"
     text = f"{err}\n{err.__cause__ or ''}"
+    m = re.search(r"In '([^']+)': ConfigTypeError raised while composing config:\s*Cannot merge (Dict|List)Config with (Dict|List)Config", text)
+    if m:  # e.g. a preset that is a YAML list, or 'settings: [...]' where a mapping belongs
+        kind = {"Dict": "mapping", "List": "list"}
+        return f"config: {m.group(1)}: a {kind[m.group(3)]} where the config has a {kind[m.group(2)]} (the file itself or one of its settings)"
     if isinstance(err, MissingConfigException):
         m = re.search(r"Could not (?:find|load) '([^']+)/([^']+)'", text)
         if m:
@@ -110,7 +114,8 @@ def explain(err: Exception, overrides: list[str], config_name: str) -> str:
         if parent and sub is None:
             return f"config: unknown key '{key}' ({parent} is null: set it whole, '{parent}={{{leaf}: ...}}')"
         have = ", ".join(sorted(str(k) for k in sub if k != "hydra")) if isinstance(sub, DictConfig) else ""
-        return f"config: unknown key '{key}'" + (f" ({parent or 'the config'} has: {have})" if have else "")
+        add = f"; a key it does not set yet is added with '+{key}=...'" if parent and have else ""
+        return f"config: unknown key '{key}'" + (f" ({parent or 'the config'} has: {have}{add})" if have else "")
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
     lines += [ln.strip() for ln in str(err.__cause__ or "").strip().splitlines() if ln.strip()]
     detail = next((ln for ln in lines[1:] if not ln.startswith(("full_key", "object_type", "To append"))), "")
@@ -157,8 +162,9 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
             raise ConfigError(f"--config-dir: {d or repr(d)} is not a directory")
     try:
         for combo in expand_sweeps(overrides):
+            combo = with_search_path(combo, config_dirs or [])
             try:
-                cfg = compose_plain(config_name, with_search_path(combo, config_dirs or []))
+                cfg = compose_plain(config_name, combo)
             except Exception as err:  # Hydra's composition errors, a user preset's YAML errors
                 raise ConfigError(explain(err, combo, config_name)) from None
             check_creatable(str(cfg.hydra.run.dir), "hydra.run.dir")
