@@ -182,14 +182,14 @@ def test_bad_rows_are_reported_with_line_numbers(pairs, tmp_path):
     assert "not JSON" in why[2] and why[3] == "empty answer" and "unknown split 'train'" in why[4]
     assert "missing field(s) ['pair_id']" in why[6] and "image not found" in why[7] and "unreadable image" in why[8]
     assert why[9] == "'meta' must be an object, got list" and "'pair_id' must be" in why[10] and "unknown field(s) ['masks']" in why[11]
-    assert "is 8x8, the image 64x64" in why[12] and "10,000,000,000 pixels, over data.max_image_pixels" in why[13]
+    assert "is 8x8, the image 64x64" in why[12] and "100000x100000 image has 10,000,000,000 pixels, more than max_image_pixels" in why[13]
     assert "expected a JSON object, got list" in why[14] and "a second original of pair_id" in why[15] and "(the first is on line 1)" in why[15]
     assert "nested too deeply" in why[16] and "not UTF-8" in why[17]
     with pytest.raises(BadDataError, match=r"15 bad row\(s\): line 2: not JSON"):
         load_rows(path, on_bad="error")
     write_rows(tmp_path / "again.jsonl", rows)
     assert load_rows(tmp_path / "again.jsonl")[0][0].image == rows[0].image  # relative paths round-trip
-    with pytest.raises(BadDataError, match=r"over data.max_image_pixels=100\b"):
+    with pytest.raises(BadDataError, match=r"more than max_image_pixels=100 \(refused undecoded\)"):
         load_rows(tmp_path / "again.jsonl", max_pixels=100)
 
 

@@ -7,15 +7,13 @@ failure is one line naming the field.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cbm.vlm.finetune.checks import check_device_name, check_model_dir
+from cbm.vlm.typed import check_fields, nested
 
 BUILD_KINDS = ("robot", "sudoku", "edct")
 PRECISIONS = ("32", "bf16")
@@ -25,65 +23,6 @@ ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 ON_BAD = ("skip", "error")
 #: Default largest image (width x height) a row may reference: checked from the header before decoding.
 MAX_IMAGE_PIXELS = 50_000_000
-_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
-
-
-def _describe(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(hint))
-    if origin is list:
-        return f"a list of {_describe(typing.get_args(hint)[0]).removeprefix('a ').removeprefix('an ')}s"
-    if origin is dict:
-        return "a mapping"
-    return _NAMES.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _coerce(value: Any, hint: Any) -> Any:
-    """``value`` as ``hint`` (an int is a float; lists and tuples are lists) or ``TypeError``."""
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(hint):
-            try:
-                return _coerce(value, arg)
-            except TypeError:
-                pass
-        raise TypeError
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            raise TypeError
-        return [_coerce(v, typing.get_args(hint)[0]) for v in value]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise TypeError
-        return dict(value)
-    if hint is type(None):
-        if value is not None:
-            raise TypeError
-        return None
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (bool, int, float, str) and (type(value) is not hint):
-        raise TypeError
-    return value
-
-
-def check_fields(obj: Any) -> None:
-    """Type-check (and coerce) every field of the settings dataclass ``obj`` against its annotation."""
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(hints[f.name]):
-            continue
-        try:
-            setattr(obj, f.name, _coerce(value, hints[f.name]))
-        except TypeError:
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            raise ValueError(f"{obj.WHERE}{f.name}: expected {_describe(hints[f.name])}, got {shown}") from None
-
-
 def _num(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
@@ -106,7 +45,7 @@ class ModelSettings:
     end_of_turn: str | None = None  # null: the tokenizer's eos token
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, self.WHERE)
         check_model_dir(self.path)
         if self.dtype not in DTYPES:
             raise ValueError(f"model.dtype: '{self.dtype}' is not one of {', '.join(DTYPES)}")
@@ -136,7 +75,7 @@ class DataSettings:
     def __post_init__(self) -> None:
         from cbm.vlm.finetune.builders import ROBOT_QUESTIONS, SUDOKU_QUESTIONS
 
-        check_fields(self)
+        check_fields(self, self.WHERE)
         if self.jsonl is None and self.build not in BUILD_KINDS:
             raise ValueError(f"data.build: '{self.build}' is not one of {', '.join(BUILD_KINDS)}")
         if self.jsonl is not None and not self.jsonl:
@@ -169,7 +108,7 @@ class LoraSettings:
     extra: dict[str, Any] | None = None  # more peft.LoraConfig fields, e.g. {use_rslora: true}
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, self.WHERE)
         in_range("lora.r", self.r, 1, 4096)
         in_range("lora.alpha", self.alpha, 0, 1e6, lo_open=True)
         in_range("lora.dropout", self.dropout, 0, 1, hi_open=True)
@@ -196,7 +135,7 @@ class TrainSettings:
     log_every: int = 1
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, self.WHERE)
         self.precision = str(self.precision)
         in_range("train.epochs", self.epochs, 1, 1_000_000)
         if self.max_steps != -1:
@@ -220,7 +159,7 @@ class EvalSettings:
     heatmaps: int = 4  # pairs drawn (original and counterfactual, before and after)
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, self.WHERE)
         in_range("eval.max_new_tokens", self.max_new_tokens, 1, 4096)
         in_range("eval.heatmaps", self.heatmaps, 0, 100_000)
         in_range("eval.pool_threshold", self.pool_threshold, 0, 1, hi_open=True)
@@ -245,17 +184,9 @@ class FinetuneConfig:
         from cbm.config import to_dataclass
         from cbm.config.train import LoggerConfig
 
-        check_fields(self)
         for name, cls in (("model", ModelSettings), ("data", DataSettings), ("lora", LoraSettings), ("train", TrainSettings), ("eval", EvalSettings)):
-            value = getattr(self, name)
-            if isinstance(value, dict):
-                try:
-                    setattr(self, name, cls(**value))
-                except TypeError as err:  # an unknown key (``+data.foo=1``)
-                    m = re.search(r"argument '(\w+)'", str(err))
-                    raise ValueError(f"{name}: unknown key '{m.group(1)}'" if m else f"{name}: {err}") from None
-            elif not isinstance(value, cls):
-                raise ValueError(f"{name}: expected a mapping, got {value!r}")
+            setattr(self, name, nested(cls, getattr(self, name), name))
+        check_fields(self, self.WHERE)
         in_range("seed", self.seed, 0, 2**32 - 1)
         to_dataclass(LoggerConfig, self.logger, "logger")
         if self.quant not in QUANTS:

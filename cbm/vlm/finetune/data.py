@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from cbm.vlm.finetune.config import MAX_IMAGE_PIXELS, ON_BAD
+from cbm.vlm.images import check_pixels
 
 SPLITS = ("original", "counterfactual")
 REQUIRED = ("image", "question", "answer", "split", "pair_id")
@@ -94,8 +95,10 @@ def image_size(path: Path, what: str, max_pixels: int = MAX_IMAGE_PIXELS) -> tup
             return f"{what} {path} is not a file"
         with _own_pixel_limit(), Image.open(path) as im:
             w, h = im.size
-            if w * h > max_pixels:
-                return f"{what} {path} is {w}x{h} = {w * h:,} pixels, over data.max_image_pixels={max_pixels:,} (refused before decoding)"
+            try:
+                check_pixels((w, h), max_pixels, f"{what} {path}")
+            except ValueError as err:
+                return str(err)
             if w < 1 or h < 1:
                 return f"{what} {path} is empty ({w}x{h})"
             im.verify()
