@@ -61,6 +61,8 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig
     c = validate_schema(cfg, check_paths)
     registry.validate_all("policy", c.policy, exactly_one=True)
     registry.validate_all("intervener", c.intervener, exactly_one=True)
+    if c.device == "cuda":  # refused before any data is made, not after
+        resolve_device(c.device)
     return c
 
 

@@ -49,6 +49,8 @@ def validate(cfg: DictConfig | dict, check_paths: bool = True) -> InterveneConfi
     c = validate_schema(cfg, check_paths)
     registry.validate_all("policy", c.policy)
     registry.validate_all("intervener", c.intervener)
+    if c.device == "cuda":  # refused before any data is made, not after
+        resolve_device(c.device)
     return c
 
 

@@ -1,5 +1,5 @@
 """The bad-input corpus of ``cbm-experiment`` and of ``cbm-train``'s sizes and epochs (harness:
-``badinput.py``): unknown presets, bad seeds / jobs / stage overrides / settings, user presets with
+``badinput.py``; ``device=cuda`` of cbm-intervene / cbm-automate too): unknown presets, bad seeds / jobs / stage overrides / settings, user presets with
 YAML errors reached through ``--config-dir`` and ``hydra.searchpath``, datasets larger than this
 machine, absurd epoch counts, and a run directory another live process holds. Each is one line,
 exit 2, nothing left behind.
@@ -17,10 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from badinput import SLOW, assert_refused, params
 from omegaconf import OmegaConf
 
 TINY = ["--config-dir", "FX/conf", "+experiment=tiny"]
+#: Cases that are refusals only on a machine without a CUDA GPU.
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="refused only without a CUDA GPU")
 #: Lower bounds are reported for memory and disk alike; which one is short depends on the machine.
 TOO_BIG = "need at least"
 
@@ -100,6 +103,8 @@ EXPERIMENT = [
     ([*TINY, "+automate.method=magic"], "automate.method must be one of", (SLOW,)),
     ([*TINY, "automate.method=sgr"], "unknown key 'automate.method' (automate has: ks, target_accuracy; a key it does not set yet is added with '+automate.method=...')", ()),
     ([*TINY, "+automate.overrides=[delta=5]"], "tab/cbm (automate): ", (SLOW,)),
+    ([*TINY, "+intervene.overrides=[device=cuda]"], "tab/cbm (intervene): device=cuda but no CUDA device is available", (NO_GPU,)),
+    ([*TINY, "train=[trainer.accelerator=gpu]"], "tab/cbm (train): trainer.accelerator=gpu but no CUDA GPU is available", (NO_GPU, SLOW)),
     # top-level settings and directories
     ([*TINY, "wandb=maybe"], "wandb", (SLOW,)),
     ([*TINY, "frobnicate=1"], "unknown key 'frobnicate'", ()),
@@ -144,9 +149,15 @@ TRAIN = [
     (["resume=FX/killed", "trainer.max_epochs=10000000"], "trainer.max_epochs must be <= 1,000,000", ()),
     (["resume=FX/killed", "trainer.max_epochs=1e23"], "max_epochs", ()),
     (["resume=FX/locked"], "FX/locked is in use by pid ", ()),
+    (["trainer=gpu", "data.modality=tabular"], "trainer.accelerator=gpu but no CUDA GPU is available", (NO_GPU,)),
+]
+#: ``device=cuda`` of the evaluation commands is refused before any data is made.
+EVALUATE = [
+    ("cbm-intervene", ["checkpoint=FX/killed", "device=cuda"], "device=cuda but no CUDA device is available", (NO_GPU,)),
+    ("cbm-automate", ["checkpoint=FX/killed", "device=cuda"], "device=cuda but no CUDA device is available", (NO_GPU, SLOW)),
 ]
 
-CASES = [("cbm-experiment", a, m, k) for a, m, k in EXPERIMENT] + [("cbm-train", a, m, k) for a, m, k in TRAIN]
+CASES = [("cbm-experiment", a, m, k) for a, m, k in EXPERIMENT] + [("cbm-train", a, m, k) for a, m, k in TRAIN] + EVALUATE
 
 
 @pytest.fixture(scope="module")

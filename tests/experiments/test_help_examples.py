@@ -1,4 +1,4 @@
-"""Every example line a command's ``--help`` prints is accepted: run as a dry run (``CBM_DRY_RUN=1``:
+"""Every example line a command's ``--help`` prints (and the README's ``cbm-experiment`` lines) is accepted: run as a dry run (``CBM_DRY_RUN=1``:
 the real entry point validates the whole command line, then stops), with the placeholders (``<run>``,
 ``outputs/robot-cbm/<time>``, ``/models/tiny-vlm``) replaced by fixture paths. Nothing may be left
 behind. Examples that need a CUDA GPU are accepted as the one-line GPU refusal on a machine without one.
@@ -63,6 +63,14 @@ def all_examples() -> list:
     return cases
 
 
+def readme_examples() -> list:
+    """The README's ``cbm-experiment`` lines (comments dropped; a user's own preset left out): slow,
+    each validates a whole table."""
+    readme = Path(__file__).parents[2] / "README.md"
+    lines = [ln.split("#")[0].strip() for ln in readme.read_text().splitlines() if ln.startswith("cbm-experiment +")]
+    return [pytest.param(ln, id=f"README-{i}", marks=SLOW) for i, ln in enumerate(lines)]
+
+
 @pytest.fixture(scope="module")
 def places(tmp_path_factory) -> dict[str, Path]:
     """Stand-ins for the placeholders: a killed-run directory (config + checkpoints, no metrics, so
@@ -113,7 +121,7 @@ def fill(line: str, places: dict[str, Path]) -> list[str]:
     return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))
 
 
-@pytest.mark.parametrize("line", all_examples())
+@pytest.mark.parametrize("line", all_examples() + readme_examples())
 def test_help_example_is_accepted(line, places, tmp_path, request):
     if "/models/" in line:
         places = {**places, "model": request.getfixturevalue("model_dir")}
