@@ -6,7 +6,8 @@ logs and checkpoints. Every Hydra app therefore holds the lock of its run direct
 task runs, and ``cbm-experiment`` that of its ``output_dir``. The lock is an ``flock`` (POSIX) or
 ``msvcrt`` byte lock, which the kernel drops when its process dies, so a killed owner never
 blocks a rerun; the owner's pid, host, start time and command are written into the file for the
-refusal line and are advisory only.
+refusal line and are advisory only. The other ranks of a multi-process run work in rank zero's
+directory under its lock (:func:`secondary_rank`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ RETRY_S = 0.5
 
 #: Directories this process holds: resolved path -> (file descriptor, nesting count).
 _held: dict[str, list[int]] = {}
+
+
+#: Environment variables naming a process's rank in a multi-process job (Lightning, torchrun, SLURM, MPI).
+RANK_VARS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
+
+
+def secondary_rank() -> bool:
+    """A rank other than zero of a multi-process run: it shares rank zero's run directory (DDP
+    relaunches the command with the same ``hydra.run.dir``), so it neither takes nor checks the lock."""
+    return any(os.environ.get(v, "0").strip() not in ("", "0") for v in RANK_VARS)
 
 
 class Busy(ValueError):
@@ -125,7 +136,9 @@ def busy_line(directory: str | Path, info: dict[str, Any], advice: str) -> str:
 
 def acquire(directory: str | Path, advice: str = "wait for it to finish or choose another directory") -> None:
     """Hold ``directory``'s lock (re-entrant in one process); :class:`Busy` when a live process
-    holds it. The directory must exist."""
+    holds it. The directory must exist. A secondary rank takes nothing (it works under rank zero's)."""
+    if secondary_rank():
+        return
     key = _key(directory)
     if key in _held:
         _held[key][1] += 1
@@ -166,7 +179,8 @@ def hold(directory: str | Path, advice: str = "wait for it to finish or choose a
 
 
 def check_free(directory: str | Path, advice: str = "wait for it to finish or choose another directory") -> None:
-    """:class:`Busy` when another live process holds ``directory`` (a probe; takes nothing)."""
-    info = holder(directory)
+    """:class:`Busy` when another live process holds ``directory`` (a probe; takes nothing). Rank
+    zero's lock is no refusal for the other ranks of its run."""
+    info = None if secondary_rank() else holder(directory)
     if info is not None:
         raise Busy(busy_line(directory, info, advice))

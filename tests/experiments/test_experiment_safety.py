@@ -221,3 +221,19 @@ def test_a_killed_attempt_is_cleared_before_the_cell_starts_afresh(tmp_path):
     assert cell.state() == "fresh"
     clear_leftovers(cell)
     assert sorted(p.name for p in cell.dir.iterdir()) == ["cell.json"]
+
+
+def test_the_other_ranks_of_a_ddp_run_share_rank_zeros_lock(tmp_path, monkeypatch):
+    """DDP relaunches the command with rank zero's hydra.run.dir: those ranks are not refused."""
+    proc = hold_in_child(tmp_path)
+    try:
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        runlock.check_free(tmp_path)
+        with runlock.hold(tmp_path):
+            pass
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        with pytest.raises(runlock.Busy):
+            runlock.check_free(tmp_path)
+    finally:
+        proc.kill()
+        proc.wait()
