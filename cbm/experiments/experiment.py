@@ -49,6 +49,7 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
         raise ConfigError("experiment: the preset was not merged into the config: a preset is a YAML mapping of "
                           "settings whose first line is '# @package _global_' (as in conf/experiment/)")  # fmt: skip
     c = validate_schema(cfg)
+    refuse_changed(plan(c), c.output_dir)  # before Hydra writes into the experiment's directory
     seen: set[tuple[str, ...]] = set()
     checks = {"train": lambda j: train.validate(j), "intervene": lambda j: intervene.validate(j, check_paths=False),
               "automate": lambda j: automate.validate(j, check_paths=False)}  # fmt: skip
@@ -68,6 +69,14 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
         except ValueError as err:
             raise ConfigError(f"{cell.setting}/{cell.model} ({cell.stage}): {err}") from None
     return c
+
+
+def refuse_changed(cells: list[Cell], root: Path | str) -> None:
+    """Cells run earlier with other settings are refused rather than mixed in (one line)."""
+    changed = [cell.key for cell in cells if cell.state() == "changed"]
+    if changed:
+        raise ConfigError(f"{len(changed)} cell(s) in {root} were run with other settings (e.g. {changed[0]}): "
+                          "delete them or choose another output_dir")  # fmt: skip
 
 
 def command(cell: Cell) -> list[str]:
@@ -210,10 +219,7 @@ def _run(c: ExperimentConfig, root: Path) -> dict[str, Any]:
     from cbm.experiments.report import write_experiment_report
 
     cells = plan(c)
-    changed = [cell.key for cell in cells if cell.state() == "changed"]
-    if changed:
-        raise ValueError(f"{len(changed)} cell(s) in {root} were run with other settings (e.g. {changed[0]}): "
-                         "delete them or choose another output_dir")  # fmt: skip
+    refuse_changed(cells, root)
     todo = sum(cell.state() != "done" for cell in cells)
     say(f"experiment {c.name}: {len(cells)} cells ({todo} to run, {len(cells) - todo} finished) in {root}")
     log: dict[str, dict[str, Any]] = {}

@@ -5,7 +5,7 @@ machine, absurd epoch counts, and a run directory another live process holds. Ea
 exit 2, nothing left behind.
 
 ``FX`` is this module's own small fixture (no trained model): user presets under ``FX/conf``, a
-killed-run stand-in for ``resume=``, and ``FX/locked``, a directory whose lock a background process
+killed-run stand-in for ``resume=``, an experiment whose cell was run with other settings, and ``FX/locked``, a directory whose lock a background process
 holds for the module's lifetime. Most cases use the one-cell ``tiny`` preset, so each costs a
 process start and one cell's validation.
 """
@@ -110,6 +110,7 @@ EXPERIMENT = [
     ([*TINY, "frobnicate=1"], "unknown key 'frobnicate'", ()),
     ([*TINY, "output_dir=FX/files/a_file/exp"], "hydra.run.dir: cannot create", ()),
     ([*TINY, "output_dir=FX/locked"], "FX/locked is in use by pid ", ()),
+    ([*TINY, "output_dir=FX/changed"], "1 cell(s) in FX/changed were run with other settings (e.g. tab/cbm/seed0/train): delete them", ()),
     ([*TINY, "hydra.run.dir=FX/locked"], "FX/locked is in use by pid ", (SLOW,)),
     # user presets through --config-dir / hydra.searchpath
     (["--config-dir", "FX/conf", "+experiment=malformed"], "FX/conf/experiment/malformed.yaml: not valid YAML at line 4", ()),
@@ -184,6 +185,9 @@ def fx(tmp_path_factory):
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     OmegaConf.update(job, "output_dir", str(killed))
     (killed / "config.yaml").write_text(OmegaConf.to_yaml(job, resolve=True))
+    changed = root / "changed" / "tab" / "cbm" / "seed0" / "train"
+    changed.mkdir(parents=True)
+    (changed / "cell.json").write_text('{"fingerprint": "made-with-other-settings"}')
     (root / "locked").mkdir()
     code = f"from cbm.experiments import runlock; import time; runlock.acquire({str(root / 'locked')!r}); print('held', flush=True); time.sleep(3600)"
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
