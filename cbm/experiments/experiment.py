@@ -211,8 +211,12 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     experiment on the same directory is refused with one line naming this one); the manifest."""
     c = cfg if isinstance(cfg, ExperimentConfig) else validate_schema(cfg)
     root = ensure_dir(c.output_dir)
-    with runlock.hold(root, "wait for it to finish or choose another output_dir"):
-        return _run(c, root)
+    try:
+        with runlock.hold(root, "wait for it to finish or choose another output_dir"):
+            return _run(c, root)
+    except KeyboardInterrupt:  # Ctrl-C: the running cells were stopped, finished ones are kept
+        print("cbm-experiment: interrupted; the running cells were stopped (rerun the same command to go on)", file=sys.stderr)
+        sys.exit(130)
 
 
 def _run(c: ExperimentConfig, root: Path) -> dict[str, Any]:

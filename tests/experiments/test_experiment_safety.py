@@ -237,3 +237,15 @@ def test_the_other_ranks_of_a_ddp_run_share_rank_zeros_lock(tmp_path, monkeypatc
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache):
+    out = tmp_path / "exp"
+    parent = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+    parent.send_signal(signal.SIGINT)
+    _, stderr = parent.communicate(timeout=60)
+    assert parent.returncode == 130 and stderr.strip().splitlines() == [
+        "cbm-experiment: interrupted; the running cells were stopped (rerun the same command to go on)"], stderr[-2000:]
+    wait_for(lambda: not alive(int(info["pid"])), 10, "the cell to stop")
