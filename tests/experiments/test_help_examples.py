@@ -74,7 +74,7 @@ def readme_examples() -> list:
 @pytest.fixture(scope="module")
 def places(tmp_path_factory) -> dict[str, Path]:
     """Stand-ins for the placeholders: a killed-run directory (config + checkpoints, no metrics, so
-    ``resume=`` accepts it), a black-box run, a model directory, a concept set and a pairs file."""
+    ``resume=`` accepts it), a black-box run, a cbm-edct run directory, a concept set and a pairs file."""
     root = tmp_path_factory.mktemp("help-examples")
     cfg = compose_plain("train", ["data.modality=tabular", f"hydra.run.dir={root / 'run'}"])
     job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
@@ -87,7 +87,8 @@ def places(tmp_path_factory) -> dict[str, Path]:
     concepts = Path(__file__).parents[2] / "synthetic" / "robot" / "concept_sets" / "fine.yaml"
     shutil.copy(concepts, root / "vlm.yaml")
     write_pairs(root / "pairs.jsonl")
-    return {"run": root / "run", "bb": root / "bb", "concepts": root / "vlm.yaml", "pairs": root / "pairs.jsonl"}
+    write_edct_run(root / "edct")
+    return {"run": root / "run", "bb": root / "bb", "edct": root / "edct", "concepts": root / "vlm.yaml", "pairs": root / "pairs.jsonl"}
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +112,24 @@ def write_pairs(path: Path) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def write_edct_run(run: Path) -> None:
+    """What ``cbm-finetune data.build=edct`` reads of a ``cbm-edct`` run: results.json and one item
+    record with a judged counterfactual step and its images."""
+    from PIL import Image
+
+    item = run / "items" / "r0"
+    item.mkdir(parents=True)
+    (run / "results.json").write_text("{}")
+    steps = [{"index": 0, "status": "judged", "truth": "Drent", "concept": "knees"}]
+    (item / "record.json").write_text(json.dumps({"id": "r0", "truth": "Glorp", "steps": steps}))
+    for name in ("original.png", "step0.png"):
+        Image.new("RGB", (32, 32), (90, 140, 200)).save(item / name)
+
+
 def fill(line: str, places: dict[str, Path]) -> list[str]:
     """The example's argv with the placeholders replaced by fixture paths."""
     line = re.sub(r"outputs/[\w-]+/<time>", str(places["run"]), line)
+    line = line.replace("outputs/edct/<run>", str(places["edct"]))
     line = line.replace("<black-box run>", str(places["bb"])).replace("<run>", str(places["run"]))
     if "/models/" in line:
         line = re.sub(r"/models/[\w.-]+", str(places["model"]), line)
