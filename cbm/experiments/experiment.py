@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -49,11 +48,12 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
         raise ConfigError("experiment: the preset was not merged into the config: a preset is a YAML mapping of "
                           "settings whose first line is '# @package _global_' (as in conf/experiment/)")  # fmt: skip
     c = validate_schema(cfg)
-    refuse_changed(plan(c), c.output_dir)  # before Hydra writes into the experiment's directory
+    cells = plan(c)
+    refuse_changed(cells, c.output_dir)  # before Hydra writes into the experiment's directory
     seen: set[tuple[str, ...]] = set()
     checks = {"train": lambda j: train.validate(j), "intervene": lambda j: intervene.validate(j, check_paths=False),
               "automate": lambda j: automate.validate(j, check_paths=False)}  # fmt: skip
-    for cell in plan(c):
+    for cell in cells:
         over = tuple(o for o in cell.overrides if not o.startswith(("hydra.run.dir=", "seed=", "blackbox=")))
         over = tuple("checkpoint=RUN_DIR" if o.startswith("checkpoint=") else o for o in over)
         if (cell.stage, *over) in seen:
@@ -87,36 +87,6 @@ def command(cell: Cell) -> list[str]:
     return [sys.executable, "-m", module, *cell.overrides]
 
 
-class Running:
-    """The cell processes alive now, so an interrupted experiment stops them (and starts no more)."""
-
-    def __init__(self) -> None:
-        self.procs: set[subprocess.Popen] = set()
-        self.lock = threading.Lock()
-        self.stopping = False
-
-    def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | None:
-        with self.lock:
-            if self.stopping:
-                return None
-            proc = lifeline.start(cmd, out, env)
-            self.procs.add(proc)
-            return proc
-
-    def wait(self, proc: subprocess.Popen) -> int:
-        code = proc.wait()
-        with self.lock:
-            self.procs.discard(proc)
-        return code
-
-    def stop_all(self) -> None:
-        with self.lock:
-            self.stopping = True
-            procs = list(self.procs)
-        for proc in procs:
-            lifeline.stop(proc)
-
-
 #: Files a cell's directory holds before its command starts (not leftovers of an earlier attempt).
 OWN_FILES = ("cell.json", "output.txt", runlock.LOCK_NAME)
 
@@ -135,7 +105,7 @@ def clear_leftovers(cell: Cell) -> None:
             p.unlink()
 
 
-def run_cell(cell: Cell, threads: int, root: Path, running: Running | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, threads: int, root: Path, running: lifeline.Running | None = None) -> dict[str, Any]:
     """Run one cell to completion; its status, wall time and (on failure) the error line. The
     record names the cell's directory relative to the experiment's (the report reads it there)."""
     record: dict[str, Any] = {"key": cell.key, "stage": cell.stage, "setting": cell.setting, "model": cell.model,
@@ -156,7 +126,7 @@ def run_cell(cell: Cell, threads: int, root: Path, running: Running | None = Non
     write_json_atomic(cell.dir / "cell.json", {"fingerprint": cell.fingerprint(), "stage": cell.stage, "overrides": cell.overrides})
     env = {**os.environ, "CBM_NO_PRECHECK": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop(DRY_RUN_ENV, None)
-    running = running or Running()
+    running = running or lifeline.Running()
     start = time.perf_counter()
     proc = running.start(cmd, cell.dir / "output.txt", env)
     if proc is None:
@@ -178,7 +148,7 @@ def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, A
     total = len(cells)
     done = 0
     lock = threading.Lock()  # one writer of the log, the console and the manifest at a time
-    running = Running()
+    running = lifeline.Running()
 
     def one(cell: Cell) -> None:
         nonlocal done

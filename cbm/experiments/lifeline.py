@@ -1,4 +1,5 @@
-"""Cells die with their ``cbm-experiment``: no orphan keeps writing into a cell after its parent is gone.
+"""Cells die with their ``cbm-experiment``: no orphan keeps writing into a cell after its parent is gone,
+and :class:`Running` stops the live ones when the experiment is interrupted.
 
 The parent starts every cell in its own session (so stopping a cell stops the cell's whole
 process group) and names itself in ``CBM_PARENT_PID``. The cell, first thing in its ``main``,
@@ -78,3 +79,33 @@ def stop(proc: subprocess.Popen) -> None:
     except (OSError, AttributeError):  # no process groups (Windows) or already gone
         proc.kill()
     proc.wait()
+
+
+class Running:
+    """The cell processes alive now, so an interrupted experiment stops them (and starts no more)."""
+
+    def __init__(self) -> None:
+        self.procs: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | None:
+        with self.lock:
+            if self.stopping:
+                return None
+            proc = start(cmd, out, env)
+            self.procs.add(proc)
+            return proc
+
+    def wait(self, proc: subprocess.Popen) -> int:
+        code = proc.wait()
+        with self.lock:
+            self.procs.discard(proc)
+        return code
+
+    def stop_all(self) -> None:
+        with self.lock:
+            self.stopping = True
+            procs = list(self.procs)
+        for proc in procs:
+            stop(proc)
