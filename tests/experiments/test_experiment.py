@@ -34,10 +34,11 @@ def test_every_preset_has_a_smoke_variant():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_composes_and_every_cell_validates(preset):
+def test_every_preset_composes_and_every_cell_validates(preset, tmp_path):
     """The command-line front composes each cell's cbm-train / cbm-intervene / cbm-automate config
-    and validates it by that command's schema, so a preset cannot fail halfway through a table."""
-    precheck("experiment", [f"+experiment={preset}"], experiment.validate)
+    and validates it by that command's schema, so a preset cannot fail halfway through a table
+    (in a fresh output_dir: cells a checkout ran earlier with other settings would be refused)."""
+    precheck("experiment", [f"+experiment={preset}", f"output_dir={tmp_path}"], experiment.validate)
 
 
 def test_no_preset_and_bad_entries_are_one_line():
