@@ -26,6 +26,21 @@ def check_pixels(size: tuple[int, int], max_pixels: int, what: str) -> None:
         raise ValueError(f"{what}: {w}x{h} image has {w * h:,} pixels, more than max_image_pixels={max_pixels:,} (refused undecoded)")
 
 
+def check_image_file(path: str | Path, max_pixels: int, what: str) -> None:
+    """Read only the header of the image file ``path``: ``ValueError`` (one line) when it is not a
+    readable image or is over ``max_pixels``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            with Image.open(path) as im:
+                size = im.size
+        except Image.DecompressionBombError:
+            raise ValueError(f"{what}: image larger than PIL's limit of {PIL_CEILING:,} pixels (refused undecoded)") from None
+        except OSError as err:
+            raise ValueError(f"{what}: not a readable image ({err.strerror or err})") from None
+    check_pixels(size, max_pixels, what)
+
+
 def load_image(source: str | Path | bytes | IO[bytes], max_pixels: int, what: str) -> Image.Image:
     """The RGB image in a file, bytes or a binary stream; one-line ``ValueError`` for one too large
     (checked from the header, before decoding), unreadable, truncated or not an image."""

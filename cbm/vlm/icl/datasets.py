@@ -171,9 +171,7 @@ def _imagefolder(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
     """``root/<class>/.../<image>``, classes and files in sorted order (as torchvision's
     ImageFolder lists them, without importing it); every file's header is read up front, so a
     file that is not an image or is over ``max_pixels`` is refused before any episode is drawn."""
-    from PIL import Image
-
-    from cbm.vlm.images import check_pixels, load_image
+    from cbm.vlm.images import check_image_file, load_image
 
     root = _need(name, spec, "root", str, "a directory (root/<class>/<image>)")
     if spec:
@@ -192,13 +190,7 @@ def _imagefolder(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
     if not files:
         raise ValueError(f"datasets.{name}.root: no image files under '{root}' (root/<class>/<image>: {', '.join(IMAGE_EXTENSIONS)})")
     for f in files:
-        try:
-            with Image.open(f) as im:
-                check_pixels(im.size, max_pixels, f"datasets.{name}: {f}")
-        except Image.DecompressionBombError:
-            raise ValueError(f"datasets.{name}: {f}: larger than PIL's pixel limit (refused undecoded)") from None
-        except OSError as err:
-            raise ValueError(f"datasets.{name}: {f}: not a readable image ({err.strerror or err})") from None
+        check_image_file(f, max_pixels, f"datasets.{name}: {f}")
     return ICLDataset(name, classes, np.asarray(targets, np.int64), lambda i: load_image(files[i], max_pixels, f"datasets.{name}: {files[i]}"),
                       {"kind": "imagefolder", "root": str(Path(root).resolve()), "n": len(files)}, on_disk=True)  # fmt: skip
 

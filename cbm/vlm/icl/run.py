@@ -171,10 +171,11 @@ class Study:
 
         self.cfg = cfg
         self.out = Path(cfg.output_dir)
-        self.models = {name: ChatClient(ClientConfig.from_mapping(dict(s)), http_client=http_client) for name, s in cfg.models.items()}
-        self.judge = ChatClient(ClientConfig.from_mapping(dict(cfg.judge)), http_client=http_client)
+        # the data and its episodes first: a bad file is refused before any client is set up
         self.datasets = {name: make_dataset(name, dict(spec), cfg.cache_dir, cfg.max_image_pixels) for name, spec in cfg.datasets.items()}
         self.episodes = {name: episodes_for(cfg, ds) for name, ds in self.datasets.items()}
+        self.models = {name: ChatClient(ClientConfig.from_mapping(dict(s)), http_client=http_client) for name, s in cfg.models.items()}
+        self.judge = ChatClient(ClientConfig.from_mapping(dict(cfg.judge)), http_client=http_client)
 
     def trials(self) -> list[Trial]:
         return [Trial(m, d, c, ep) for m in self.models for d in self.datasets for c in self.cfg.conditions for ep in self.episodes[d]]
@@ -190,17 +191,21 @@ class Study:
         be trusted (unreadable, edited since written, for another trial, of the wrong shape) is
         treated as missing, with a warning, rather than refused; and a trusted one keeps only its
         reply texts, from which the parse, checker, features and judge scores are derived again
-        (a record with a recomputed digest therefore cannot feed a wrong type to the tables)."""
+        (a record with a recomputed digest therefore cannot feed a wrong type or a forged verdict
+        to the tables; the rebuilt record is written back when it differs)."""
         path = self._path(trial)
         if not path.exists():
             return None
         try:
-            rec = rebuild_record(trial, unseal(read_json(path)))
+            saved = unseal(read_json(path))
         except ValueError as err:
             log.warning("icl: %s; the trial is redone", err)
             return None
+        rec = rebuild_record(trial, saved)
         if rec is None:
             log.warning("icl: %s changed since it was written or is not this trial's record; the trial is redone", path)
+        elif rec != saved:  # what the tables use is what the file holds
+            self._save(trial, rec)
         return rec
 
     def _save(self, trial: Trial, rec: dict[str, Any]) -> None:

@@ -1,0 +1,324 @@
+"""The bad-input corpus of the VLM study commands (``cbm-icl``, ``cbm-edct``): settings, prompt
+templates, files and tampered episodes, each refused with one line, exit 2, nothing left behind
+(the contract of ``badinput.py``).
+
+The fixture files are made here, once per module (no trained model needed): a tiny robot dataset
+in the data cache; episodes files for it, valid and tampered (edited, or edited and re-sealed with
+a recomputed sha256, so the structure checks are reached); image folders with a decompression
+bomb, a corrupt, a truncated and an oversized image; bad human-score CSVs. ``@VLM`` in an argument
+or message stands for that directory. Hosted clients point at a closed loopback port: no case
+sends a request, every one is refused before.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from badinput import SLOW, assert_refused, params
+
+TOKEN = "@VLM"
+LOOP = "http://127.0.0.1:9/v1"
+#: Every cbm-icl case: loopback clients, no reply cache, the tiny robot dataset and a 5-episode grid.
+ICL = [f"{r}.{k}={v}" for r in ("models.vlm", "judge") for k, v in (("base_url", LOOP), ("cache_dir", "null"), ("max_retries", 0))] + [
+    "datasets.robot.data.image_size=32", "datasets.robot.data.n_test=60", "episodes.n_ways=[2,3]", "episodes.k_shots=[1]",
+    "episodes.reps_times_n=6"]  # fmt: skip
+EDCT = [f"{r}.{k}={v}" for r in ("vlm", "llm", "judge") for k, v in (("base_url", LOOP), ("cache_dir", "null"), ("max_retries", 0))]
+ROBOT = {"kind": "robot", "class_by": "hand_subtype", "split": "test",
+         "data": {"name": "robot", "image_size": 32, "n_train": 0, "n_calib": 0, "n_test": 60}}  # fmt: skip
+#: A grid for the image-folder cases: one 2-way 1-shot episode over two classes.
+FOLDER_GRID = ["episodes.n_ways=[2]", "episodes.k_shots=[1]", "episodes.reps_times_n=2"]
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header says ``width`` x ``height`` (a decompression bomb's first bytes): valid
+    signature and IHDR, a few bytes of pixel data, IEND."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b"")
+
+
+def _episode_files(root: Path) -> None:
+    """``eps/<case>/robot.json``: a valid file and its tampered variants."""
+    from cbm.vlm.icl.datasets import make_dataset
+    from cbm.vlm.icl.episodes import EpisodeGrid, make_episodes, save_episodes
+    from cbm.vlm.sealed import seal
+
+    ds = make_dataset("robot", dict(ROBOT), str(root / "cache"))
+    grid = EpisodeGrid(n_ways=[2, 3], k_shots=[1], reps_times_n=6)
+    eps = make_episodes("robot", ds.labels, ds.class_names, grid)
+    (root / "eps" / "valid").mkdir(parents=True)
+    save_episodes(root / "eps" / "valid" / "robot.json", eps, grid, ds.fingerprint)
+    good = json.loads((root / "eps" / "valid" / "robot.json").read_text())
+
+    def write(case: str, obj: object, reseal: bool = True, text: str | None = None) -> None:
+        d = root / "eps" / case
+        d.mkdir()
+        body = text if text is not None else json.dumps(seal(obj) if reseal else obj)
+        (d / "robot.json").write_text(body)
+
+    def edited(fn) -> dict:
+        d = json.loads(json.dumps(good))
+        del d["sha256"]
+        fn(d)
+        return d
+
+    first = lambda d: d["episodes"][0]  # noqa: E731
+    other_class = next(i for i in range(len(ds)) if ds.class_names[ds.labels[i]] not in eps[0].classes)
+    write("edited", edited(lambda d: first(d)["support"][0].update(index=first(d)["support"][0]["index"] + 1)), reseal=False)
+    write("no_digest", edited(lambda d: None), reseal=False)
+    write("negative", edited(lambda d: first(d)["support"][0].update(index=-1)))
+    write("out_of_range", edited(lambda d: first(d)["support"][0].update(index=10**6)))
+    write("query_in_support", edited(lambda d: first(d)["query"][0].update(first(d)["support"][0])))
+    write("label", edited(lambda d: first(d)["support"][0].update(label="9")))
+    write("true_class", edited(lambda d: first(d)["support"][0].update(index=other_class)))
+    write("dropped", edited(lambda d: d["episodes"].pop()))
+    write("duplicated", edited(lambda d: d["episodes"].append(d["episodes"][0])))
+    write("empty_query", edited(lambda d: first(d).update(query=[])))
+    write("string_index", edited(lambda d: first(d)["support"][0].update(index="3")))
+    write("not_a_list", edited(lambda d: d.update(episodes={"a": 1})))
+    write("other_grid", edited(lambda d: d["grid"].update(seed=7)))
+    write("list", [1], reseal=False)
+    write("not_json", None, text="{not json")
+    write("empty", None, text="")
+    (root / "eps" / "a_dir" / "robot.json").mkdir(parents=True)
+    (root / "eps" / "binary").mkdir()
+    (root / "eps" / "binary" / "robot.json").write_bytes(b"\xff\xfe\x00garbage")
+
+
+def _image_folders(root: Path) -> None:
+    from PIL import Image
+
+    def folder(name: str, odd: bytes | None = None, size: int = 8) -> None:
+        for c in ("cats", "dogs"):
+            (root / name / c).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (size, size), (i * 60, 90, 0)).save(root / name / c / f"{i}.png")
+        if odd is not None:
+            (root / name / "dogs" / "1.png").write_bytes(odd)
+
+    buf = (root / "tmp.png")
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(buf)
+    folder("bomb", png_header_only(10_000, 10_000))  # over max_image_pixels, under PIL's own limit
+    folder("huge_bomb", png_header_only(100_000, 100_000))  # over PIL's limit too
+    folder("corrupt", np.random.default_rng(0).bytes(512))
+    folder("big", size=100)  # over max_image_pixels=5000
+    folder("truncated")
+    for c in ("cats", "dogs"):  # every image of one class cut short: the episode uses one of them
+        for i in range(2):
+            (root / "truncated" / c / f"{i}.png").write_bytes(buf.read_bytes()[:60])
+    buf.unlink()
+    (root / "empty_folder").mkdir()
+    (root / "one_class" / "cats").mkdir(parents=True)
+    for i in range(3):
+        Image.new("RGB", (8, 8)).save(root / "one_class" / "cats" / f"{i}.png")
+
+
+def _files(root: Path) -> None:
+    f = root / "files"
+    f.mkdir()
+    (f / "a_file").write_text("not a directory\n")
+    (f / "no_trial.csv").write_text("item,conciseness\nx,3\n")
+    (f / "not_number.csv").write_text("trial,conciseness\nx,five\n")
+    (f / "binary.csv").write_bytes(b"\xff\xfe\x00\x81trial")
+    (f / "empty.csv").write_text("")
+
+
+@pytest.fixture(scope="module")
+def vfx(tmp_path_factory) -> Path:
+    """The module's fixture directory (``@VLM``)."""
+    root = tmp_path_factory.mktemp("vlm-bad-inputs")
+    _episode_files(root)
+    _image_folders(root)
+    _files(root)
+    return root
+
+
+# ------------------------------------------------------------------ cbm-icl: settings and templates
+ICL_SETTINGS = [
+    ("episodes.n_ways=abc", "episodes.n_ways: must be a list of integers, got str 'abc'"),
+    ("episodes.k_shots=5", "episodes.k_shots: must be a list of integers, got int 5"),
+    ("episodes.n_ways=[2,2]", "episodes.n_ways: distinct N, each >= 2, got [2, 2]", SLOW),
+    ("episodes.queries=abc", "episodes.queries: must be an integer", SLOW),
+    ("episodes.queries=0", "episodes.queries: must lie in [1, 100], got 0", SLOW),
+    ("episodes.seed=-1", "episodes.seed: must lie in [0, 2**32), got -1"),
+    ("episodes.reps_times_n=-12", "episodes.reps_times_n: must be >= the largest N", SLOW),
+    ("episodes.reps_times_n=600000", "episodes: the grid has 500000 episodes per dataset, more than 10000"),
+    ("episodes.anonymise=maybe", "episodes.anonymise: must be true or false, got str 'maybe'", SLOW),
+    ("+episodes.foo=1", "episodes: unknown setting(s) ['foo']"),
+    ("episodes=5", "episodes: must be a mapping of settings, got int 5"),
+    ("conditions=[E1,E1]", "conditions: each condition once"),
+    ("judge_options.reproducibility_repeats=abc", "judge_options.reproducibility_repeats: must be an integer", SLOW),
+    ("judge_options.reproducibility_temperature=nan", "judge_options.reproducibility_temperature: must be a number", SLOW),
+    ("statistics=5", "statistics: must be a mapping of settings, got int 5", SLOW),
+    ("statistics.human_scores=@VLM/files/missing.csv", "statistics.human_scores: '@VLM/files/missing.csv' is not a file", SLOW),
+    ("models.vlm=5", "models.vlm: must be a mapping of settings, got int 5"),
+    ("progress=maybe", "progress: must be true or false or null, got str 'maybe'", SLOW),
+    ("episodes_dir=''", "episodes_dir: empty", SLOW),
+    ("max_image_pixels=0", "max_image_pixels: must lie in [1,"),
+    ("datasets.robot.data=5", "datasets.robot.data: must be a mapping of robot data settings, got int 5", SLOW),
+    ("datasets.robot.class_by=7", "datasets.robot.class_by: must be a string, got int 7", SLOW),
+    ("+datasets.s={kind: sudoku, per_class: abc}", "datasets.s.per_class: must be an integer, got str 'abc'", SLOW),
+    ("+datasets.s={kind: sudoku, per_class: 100000000}", "datasets.s.per_class: must lie in [1, 5000]"),
+    ("+datasets.s={kind: sudoku, cell_size: -3}", "datasets.s: bad render option (SudokuConfig: cell_size=-3", SLOW),
+    ("+datasets.s={kind: sudoku, colour: red}", "datasets.s: unknown keys ['colour']", SLOW),
+    ("prompts.query='{}'", "prompts.query: '{}' is a positional placeholder"),
+    ("prompts.query='{0}'", "prompts.query: '{0}' is a positional placeholder"),
+    ("prompts.query='{options.__class__}'", "prompts.query: '{options.__class__}' is not a plain placeholder name"),
+    ("prompts.query='{options[0]}'", "prompts.query: '{options[0]}' is not a plain placeholder name"),
+    ("prompts.query='Options: {options'", "prompts.query: bad template (expected '}' before end of string)"),
+    ("prompts.query='{options!r}'", "prompts.query: '{options!r}' has a conversion or format spec"),
+    ("prompts.query='{options:>9}'", "prompts.query: '{options:>9}' has a conversion or format spec", SLOW),
+    ("prompts.judge='}'", "prompts.judge: bad template (Single '}' encountered in format string)", SLOW),
+    ("prompts.support_user='{}'", "prompts.support_user: '{}' is a positional placeholder", SLOW),
+    ("prompts.instructions.E1='{}'", "prompts.instructions.E1: '{}' is a positional placeholder"),
+    ("prompts.descriptions.E2='{x}'", "prompts.descriptions.E2: unknown placeholder(s) ['x']", SLOW),
+    ("prompts.system=5", "prompts.system: must be a string, got int", SLOW),
+    ("prompts.instructions=5", "prompts.instructions: must be a mapping condition -> text, got int", SLOW),
+    ("+prompts.instructions.E9=x", "prompts.instructions: unknown condition(s) ['E9']", SLOW),
+    ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
+]
+
+# ------------------------------------------------------------------ cbm-icl: files (the dataset is loaded first)
+ICL_FILES = [
+    (["episodes_dir=@VLM/eps/edited"], "@VLM/eps/edited/robot.json: episodes file changed since it was drawn (no matching sha256); delete it to redraw"),
+    (["episodes_dir=@VLM/eps/no_digest"], "episodes file changed since it was drawn", SLOW),
+    (["episodes_dir=@VLM/eps/list"], "@VLM/eps/list/robot.json: episodes file changed since it was drawn"),
+    (["episodes_dir=@VLM/eps/negative"], "support index -1 is outside the dataset (0..59); delete it to redraw"),
+    (["episodes_dir=@VLM/eps/out_of_range"], "support index 1000000 is outside the dataset (0..59)"),
+    (["episodes_dir=@VLM/eps/query_in_support"], "an item is used twice (support and query must be disjoint)"),
+    (["episodes_dir=@VLM/eps/label"], "do not match the dataset and the episode"),
+    (["episodes_dir=@VLM/eps/true_class"], "do not match the dataset and the episode"),
+    (["episodes_dir=@VLM/eps/dropped"], "1 episode(s) missing, e.g. n3-k1-r1; delete it to redraw"),
+    (["episodes_dir=@VLM/eps/duplicated"], "not a repeated of this grid and dataset", SLOW),
+    (["episodes_dir=@VLM/eps/empty_query"], "2 support and 0 query shots, expected 2 and 1"),
+    (["episodes_dir=@VLM/eps/string_index"], "episode 0: not an episode (fields dataset, n_way", SLOW),
+    (["episodes_dir=@VLM/eps/not_a_list"], "'episodes' is not a list", SLOW),
+    (["episodes_dir=@VLM/eps/other_grid"], "episodes made for other settings (grid or dataset differ)", SLOW),
+    (["episodes_dir=@VLM/eps/not_json"], "@VLM/eps/not_json/robot.json: not JSON (line 1: Expecting property name"),
+    (["episodes_dir=@VLM/eps/empty"], "@VLM/eps/empty/robot.json: not JSON", SLOW),
+    (["episodes_dir=@VLM/eps/binary"], "@VLM/eps/binary/robot.json: not UTF-8 text: not an episodes file", SLOW),
+    (["episodes_dir=@VLM/eps/a_dir"], "@VLM/eps/a_dir/robot.json: cannot read (Is a directory)"),
+    (["statistics.human_scores=@VLM/files/no_trial.csv"], "needs a header with a 'trial' column", SLOW),
+    (["statistics.human_scores=@VLM/files/not_number.csv"], "not_number.csv line 2: conciseness='five' is not a number", SLOW),
+    (["statistics.human_scores=@VLM/files/binary.csv"], "binary.csv is not a UTF-8 CSV file", SLOW),
+    (["statistics.human_scores=@VLM/files/empty.csv"], "empty.csv needs a header with a 'trial' column", SLOW),
+]
+#: Image folders (``datasets.robot`` replaced by a folder dataset).
+FOLDER = ["~datasets.robot", *FOLDER_GRID]
+ICL_FOLDERS = [
+    (["+datasets.f={kind: imagefolder, root: @VLM/bomb}"], "dogs/1.png: 10000x10000 image has 100,000,000 pixels, more than max_image_pixels=50,000,000 (refused undecoded)"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/huge_bomb}"], "dogs/1.png: image larger than PIL's limit of 178,956,970 pixels (refused undecoded)"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/big}", "max_image_pixels=5000"], "100x100 image has 10,000 pixels, more than max_image_pixels=5,000", SLOW),
+    (["+datasets.f={kind: imagefolder, root: @VLM/corrupt}"], "dogs/1.png: not a readable image (cannot identify image file"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/truncated}"], "cannot decode the image (OSError: image file is truncated"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/empty_folder}"], "datasets.f.root: no image files under '@VLM/empty_folder'", SLOW),
+    (["+datasets.f={kind: imagefolder, root: @VLM/files/a_file}"], "datasets.f.root: '@VLM/files/a_file' is not a directory", SLOW),
+    (["+datasets.f={kind: imagefolder, root: @VLM/one_class}"], "dataset 'f': 1 classes have >= 2 items (K + queries), the grid needs 2", SLOW),
+    (["+datasets.f={kind: imagefolder, root: @VLM/big, extra: 1}"], "datasets.f: unknown keys ['extra'] (kind, root)", SLOW),
+    (["+datasets.f={kind: imagefolder, root: 5}"], "datasets.f.root: must be a directory (root/<class>/<image>), got int 5", SLOW),
+]
+#: torchvision names that are not dataset classes (torch is imported: slow).
+ICL_TORCHVISION = [
+    (["+datasets.t={kind: torchvision, name: utils, root: @VLM}"], "'utils' is a module of torchvision.datasets, not a dataset class"),
+    (["+datasets.t={kind: torchvision, name: wrap_dataset_for_transforms_v2, root: @VLM}"], "'wrap_dataset_for_transforms_v2' is a function of torchvision.datasets"),
+    (["+datasets.t={kind: torchvision, name: NoSuchSet, root: @VLM}"], "torchvision has no dataset 'NoSuchSet'"),
+    (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files, download: true}"], "datasets.t.download: datasets are read from disk only"),
+    (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files}"], "datasets.t: MNIST at '@VLM/files' is not usable offline (Dataset not found"),
+]
+
+# ------------------------------------------------------------------ cbm-edct
+EDCT_CASES = [
+    ("segmenter={target: 'os:system', kwargs: {command: 'touch @VLM/files/PWNED'}}", "segmenter.target: 'os:system' is a builtin_function_or_method, not a Segmenter class or a factory marked @cbm.vlm.verify.segmenter_factory; it was not called"),
+    ("segmenter={target: 'subprocess:run', kwargs: {args: [touch, '@VLM/files/PWNED']}}", "segmenter.target: 'subprocess:run' is a function"),
+    ("segmenter={target: 'builtins:exec', kwargs: {source: 'open(\"@VLM/files/PWNED\", \"w\")'}}", "segmenter.target: 'builtins:exec' is a builtin_function_or_method"),
+    ("segmenter={target: 'os:path'}", "segmenter.target: 'os:path' is a module", SLOW),
+    ("segmenter={target: 'builtins:type'}", "segmenter.target: 'builtins:type' is a class without a mask(image, concept) method"),
+    ("segmenter={target: 'cbm.vlm.verify:Segmenter'}", "segmenter.target: 'cbm.vlm.verify:Segmenter' is a protocol", SLOW),
+    ("segmenter={target: os}", "segmenter.target: must look like 'module:Class'", SLOW),
+    ("segmenter={target: 'no_such_module:X'}", "segmenter.target: cannot import 'no_such_module:X' (ModuleNotFoundError", SLOW),
+    ("segmenter={target: 'os:system', run: 1}", "segmenter: unknown key(s) ['run'] (target, kwargs)", SLOW),
+    ("segmenter=5", "segmenter: must be a mapping or null, got int 5", SLOW),
+    ("editor.kind=hosted", "editor: the environment variable OPENAI_API_KEY is not set (the API key of the image-edit endpoint https://api.openai.com/v1)"),
+    (["editor.kind=hosted", "+editor.api_key=sk-123"], "editor.api_key: a key is never written in a config"),
+    (["editor.kind=hosted", f"+editor.base_url={LOOP}", "+editor.timeout=abc"], "editor.timeout: must be a number, got str 'abc'", SLOW),
+    (["editor.kind=hosted", f"+editor.base_url={LOOP}", "+editor.timeout=-1"], "editor: timeout must be > 0", SLOW),
+    (["editor.kind=hosted", "+editor.base_url=ftp://x"], "editor.base_url: 'ftp://x' is not an http(s) URL", SLOW),
+    (["editor.kind=hosted", f"+editor.base_url={LOOP}", "+editor.size=9"], "editor: unknown setting(s) ['size']", SLOW),
+    ("editor.kind=diffusers", "editor.model_path: required", SLOW),
+    (["editor.kind=diffusers", "+editor.model_path=@VLM/files/missing"], "editor.model_path: no model directory at '@VLM/files/missing'", SLOW),
+    ("+editor.strict=maybe", "editor.strict: must be true or false, got str 'maybe'", SLOW),
+    ("editor.kind=photoshop", "editor.kind: unknown editor 'photoshop'", SLOW),
+    ("editor=5", "editor: must be a mapping, got int 5", SLOW),
+    ("k=abc", "k: must be an integer, got str 'abc'"),
+    ("k=2.5", "k: must be an integer, got float 2.5", SLOW),
+    ("items.n=1000000000", "items.n: at most 100000, got 1000000000"),
+    ("items.seed=-1", "items.seed: must lie in [0, 2**32), got -1", SLOW),
+    ("items.sample=maybe", "items.sample: must be true or false", SLOW),
+    ("items.split=val", "items.split: unknown split 'val' (train, calib, test)", SLOW),
+    ("question=''", "question: empty", SLOW),
+    ("options=[a,a]", "options: at least two distinct, non-empty answer options"),
+    ("options=abc", "options: must be a list of strings or null, got str 'abc'", SLOW),
+    ("workers=100000", "verify_retries must lie in [0, 10] and workers in [1, 256]", SLOW),
+    ("bootstrap.n_resamples=1000000000000", "bootstrap.n_resamples: must lie in [100, 1000000]", SLOW),
+    ("bootstrap.confidence=abc", "bootstrap.confidence: must be a number, got str 'abc'", SLOW),
+    ("judge2=5", "judge2: client: must be a mapping of settings, got int 5", SLOW),
+    ("verify=5", "verify: must be a mapping, got int 5", SLOW),
+    ("max_image_pixels=-1", "max_image_pixels: must lie in [1,", SLOW),
+    ("prompts.answer='{}'", "prompts.answer: '{}' is a positional placeholder"),
+    ("prompts.judge='{edit!s}'", "prompts.judge: '{edit!s}' has a conversion or format spec"),
+    ("prompts.extract='{question.__init__.__globals__}'", "prompts.extract: '{question.__init__.__globals__}' is not a plain placeholder name"),
+    ("prompts.chain='{concepts[0]}'", "prompts.chain: '{concepts[0]}' is not a plain placeholder name", SLOW),
+    ("prompts.answer='{question'", "prompts.answer: bad template", SLOW),
+    ("prompts.answer=5", "prompts.answer: must be a string, got int", SLOW),
+    ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
+]
+
+
+def _cases(prog: str, entries: list, base: list[str], tail: tuple[str, ...] = (), marks: tuple = ()) -> list:
+    """``(prog, [base, case args, tail], message, marks)`` per entry ``(args, message[, SLOW])``
+    (the case's arguments after the base ones: Hydra applies overrides in order)."""
+    out = []
+    for args, message, *slow in entries:
+        own = [args] if isinstance(args, str) else list(args)
+        out.append((prog, [*base, *own, *tail], message, (*marks, *slow)))
+    return out
+
+
+CASES = (
+    _cases("cbm-icl", ICL_SETTINGS, ICL)
+    + _cases("cbm-icl", ICL_FILES, ICL)
+    + _cases("cbm-icl", ICL_FOLDERS, ICL, tuple(FOLDER))
+    + _cases("cbm-icl", ICL_TORCHVISION, ICL, tuple(FOLDER), (SLOW,))
+    + _cases("cbm-edct", EDCT_CASES, EDCT)
+)
+
+
+@pytest.mark.parametrize("prog, args, message", params(CASES))
+def test_bad_vlm_input_gives_one_line_and_leaves_nothing(vfx, tmp_path, prog, args, message):
+    args = [a.replace(TOKEN, str(vfx)) for a in args]
+    assert_refused(vfx, tmp_path, prog, args, message.replace(TOKEN, str(vfx)))
+    assert not (vfx / "files" / "PWNED").exists()  # no target named in a setting was ever called
+
+
+def test_the_valid_episodes_file_is_accepted(vfx):
+    """The tampered files differ from an accepted one: the valid file loads, and re-sealing it
+    (a recomputed sha256 over the same content) changes nothing."""
+    from cbm.vlm.icl.datasets import make_dataset
+    from cbm.vlm.icl.episodes import EpisodeGrid, load_episodes
+    from cbm.vlm.sealed import seal
+
+    ds = make_dataset("robot", dict(ROBOT), str(vfx / "cache"))
+    grid = EpisodeGrid(n_ways=[2, 3], k_shots=[1], reps_times_n=6)
+    path = vfx / "eps" / "valid" / "robot.json"
+    eps = load_episodes(path, grid, ds)
+    assert len(eps) == 5
+    d = json.loads(path.read_text())
+    assert seal({k: v for k, v in d.items() if k != "sha256"}) == d
