@@ -50,9 +50,11 @@ def unseal(obj: Any) -> dict[str, Any] | None:
 
 def read_json(path: str | Path) -> Any:
     """The JSON in ``path``; ``ValueError`` with one line saying why it cannot be read (missing,
-    a directory, unreadable, too large, not UTF-8, not JSON, nested too deep)."""
+    not a regular file, unreadable, too large, not UTF-8, not JSON, nested too deep)."""
     p = Path(path)
     try:
+        if p.exists() and not p.is_file():  # a directory, a device (/dev/zero never ends), a pipe
+            raise ValueError(f"{p}: not a regular file")
         if p.stat().st_size > MAX_JSON_BYTES:
             raise ValueError(f"{p}: larger than {MAX_JSON_BYTES >> 20} MiB")
         return json.loads(p.read_text(encoding="utf-8"))

@@ -205,7 +205,7 @@ ICL_FILES = [
     (["episodes_dir=@VLM/eps/not_json"], "@VLM/eps/not_json/robot.json: not JSON (line 1: Expecting property name"),
     (["episodes_dir=@VLM/eps/empty"], "@VLM/eps/empty/robot.json: not JSON", SLOW),
     (["episodes_dir=@VLM/eps/binary"], "@VLM/eps/binary/robot.json: not UTF-8 text: not an episodes file", SLOW),
-    (["episodes_dir=@VLM/eps/a_dir"], "@VLM/eps/a_dir/robot.json: cannot read (Is a directory)"),
+    (["episodes_dir=@VLM/eps/a_dir"], "@VLM/eps/a_dir/robot.json: not a regular file: not an episodes file"),
     (["statistics.human_scores=@VLM/files/no_trial.csv"], "needs a header with a 'trial' column", SLOW),
     (["statistics.human_scores=@VLM/files/not_number.csv"], "not_number.csv line 2: conciseness='five' is not a number", SLOW),
     (["statistics.human_scores=@VLM/files/binary.csv"], "binary.csv is not a UTF-8 CSV file", SLOW),

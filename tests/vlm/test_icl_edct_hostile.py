@@ -276,6 +276,16 @@ def marked_square(size=4):
 
 class NoMask:
     pass
+
+
+class Boom:
+    def mask(self, image, concept):
+        raise RuntimeError("boom")
+
+
+class WrongShape:
+    def mask(self, image, concept):
+        return np.zeros((3, 3), bool)
 '''
 
 
@@ -318,6 +328,22 @@ def test_segmenter_classes_and_marked_factories_are_built(targets, tmp_path, htt
         assert seg.mask(Image.new("RGB", (8, 8)), "feet").sum() == 9
     with pytest.raises(ValueError, match=r"segmenter.kwargs: unknown setting\(s\) \['colour'\] \(known: size\)"):
         edct_cfg(tmp_path, httpserver, segmenter={"target": "hostile_targets:Square", "kwargs": {"colour": 1}})
+
+
+def test_a_failing_segmenter_stops_its_chain_not_the_run(targets, tmp_path, httpserver):
+    from cbm.vlm.edct.run import run
+
+    def same_image(req):
+        return Response(json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(req.files["image"].read()).decode()}]}),
+                        content_type="application/json")  # fmt: skip
+
+    httpserver.expect_request("/v1/images/edits", method="POST").respond_with_handler(same_image)
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(edct_handler)
+    editor = {"kind": "hosted", "base_url": httpserver.url_for("/v1"), "max_retries": 0}
+    for target, reason in (("hostile_targets:Boom", "segmenter failed: RuntimeError: boom"),
+                           ("hostile_targets:WrongShape", "segmenter returned a mask of shape [3, 3], expected [32, 32]")):  # fmt: skip
+        out = run(edct_cfg(tmp_path, httpserver, output_dir=str(tmp_path / target), items={"n": 2}, editor=editor, segmenter={"target": target}))
+        assert [(r["status"], [(s["status"], s["reason"]) for s in r["steps"]]) for r in out["records"]] == [("done", [("stopped", reason)])] * 2
 
 
 def test_the_cli_never_calls_a_function_target(targets, tmp_path):

@@ -178,7 +178,7 @@ class Pipeline:
         return rec
 
     def _run_chain(self, rec: dict, d: Path, item: EditItem, chain: list[EditInstruction], options: list[str], save: Any) -> None:
-        from cbm.vlm.verify import segmenter_mask, verify_edit
+        from cbm.vlm.verify import verify_edit
 
         steps: list[dict[str, Any]] = rec.setdefault("steps", [])
         exact = bool(getattr(self.editor, "exact", False))  # the editor's masks are the true changed pixels
@@ -206,8 +206,13 @@ class Pipeline:
                     return
                 mask = result.mask
                 if mask is None and self.segmenter is not None:  # the concept's pixels before and after the edit
-                    mask = segmenter_mask(self.segmenter, instr.concept)(current.image, result.image)
                     step["mask_source"] = "segmenter"
+                    try:
+                        mask = _segment(self.segmenter, instr.concept, current.image, result.image)
+                    except ValueError as err:  # the user's segmenter failed: this chain stops, the run goes on
+                        step.update(status="stopped", reason=str(err))
+                        save()
+                        return
                 if mask is None:
                     verdict = None
                     step["mask_source"] = "none (unverified)"
@@ -284,6 +289,20 @@ class Pipeline:
         return [out[iid] for iid, _ in items]
 
 
+def _segment(segmenter: Any, concept: str, before: Image.Image, after: Image.Image) -> np.ndarray:
+    """The segmenter's mask of ``concept`` before and after an edit, a ``bool [H, W]`` array; any
+    failure of the (user-supplied) segmenter, or a mask of the wrong shape, is a ``ValueError``."""
+    from cbm.vlm.verify import segmenter_mask
+
+    try:
+        mask = np.asarray(segmenter_mask(segmenter, concept)(before, after), dtype=bool)
+    except Exception as err:  # noqa: BLE001 - user code: whatever it raises stops this chain with a reason
+        raise ValueError(f"segmenter failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+    if mask.shape != (before.height, before.width):
+        raise ValueError(f"segmenter returned a mask of shape {list(mask.shape)}, expected {[before.height, before.width]}")
+    return mask
+
+
 def load_segmenter(spec: dict[str, Any]) -> Any:
     """The :class:`~cbm.vlm.verify.Segmenter` a ``{target: "module:Class", kwargs}`` mapping builds.
     The target is resolved and checked first (:func:`cbm.vlm.verify.resolve_segmenter`: a Segmenter
@@ -297,7 +316,7 @@ def load_segmenter(spec: dict[str, Any]) -> Any:
     factory = resolve_segmenter(target)
     try:
         seg = factory(**dict(spec.get("kwargs") or {}))
-    except (TypeError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - the user's class: whatever it raises is one line
         raise ValueError(f"segmenter: '{target}' could not be built ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
     if not callable(getattr(seg, "mask", None)):
         raise ValueError(f"segmenter.target: '{target}' returned a {type(seg).__name__}, not a segmenter with mask(image, concept)")

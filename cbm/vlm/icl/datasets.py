@@ -87,7 +87,7 @@ def _robot(name: str, spec: dict[str, Any], cache_dir: str | None) -> ICLDataset
 
     class_by = _need(name, spec, "class_by", str, "a string", "hand_subtype")
     split = _need(name, spec, "split", str, "a string", "test")
-    data_spec = {"name": "robot", **_need(name, spec, "data", dict, "a mapping of robot data settings", {})}
+    data_spec = {**_need(name, spec, "data", dict, "a mapping of robot data settings", {}), "name": "robot"}
     if spec:
         raise ValueError(f"datasets.{name}: unknown keys {sorted(spec)} (kind, class_by, split, data)")
     names = {"hand_subtype": [f"{h} hands" for h in HAND_SUBTYPES], "foot_subtype": [f"{f} feet" for f in FOOT_SUBTYPES],
