@@ -18,7 +18,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from cbm.config.safe_paths import slugs
-from cbm.experiments.common import fail, markdown_table, one_line, say, write_json_atomic, write_text_atomic
+from cbm.experiments.common import (
+    dry_run,
+    fail,
+    markdown_table,
+    one_line,
+    say,
+    write_json_atomic,
+    write_text_atomic,
+)
 from cbm.experiments.tables import (
     automation_rows,
     intervention_rows,
@@ -204,6 +212,11 @@ def main() -> None:
         return
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         fail("cbm-report", USAGE)
+    target = Path(sys.argv[1])
+    if not target.is_dir():
+        fail("cbm-report", f"{target} " + ("is not a directory" if target.exists() else "does not exist"))
+    if dry_run("cbm-report"):  # CBM_DRY_RUN=1: the command line is valid
+        return
     try:
         print(write_report(sys.argv[1]))
     except OSError as err:  # missing directory, no runs in it, results not writable

@@ -1,4 +1,4 @@
-"""Every example line a command's ``--help`` prints (and the README's ``cbm-experiment`` lines) is accepted: run as a dry run (``CBM_DRY_RUN=1``:
+"""Every example line a command's ``--help`` prints and every command line of the README is accepted: run as a dry run (``CBM_DRY_RUN=1``:
 the real entry point validates the whole command line, then stops), with the placeholders (``<run>``,
 ``outputs/robot-cbm/<time>``, ``/models/tiny-vlm``) replaced by fixture paths. Nothing may be left
 behind. Examples that need a CUDA GPU are accepted as the one-line GPU refusal on a machine without one.
@@ -63,12 +63,37 @@ def all_examples() -> list:
     return cases
 
 
+README = Path(__file__).parents[2] / "README.md"
+#: Placeholder shapes the README uses in prose (``cbm-train ... data_storage=disk``) or for a user's
+#: own file, never meant to run as written.
+NOT_COMMANDS = ("...", "<cell>", "+experiment=mine")
+
+
+def readme_lines(text: str) -> list[str]:
+    """Every ``cbm-*`` command line of the README: in code blocks (continuation lines joined, ``$ ``
+    prompts and comments dropped) and in inline code spans of the prose."""
+    out = []
+    for body in re.findall(r"```\w*\n(.*?)```", text, re.S):
+        for line in re.sub(r"\\\n\s*", " ", body).splitlines():
+            line = line.strip().removeprefix("$ ")
+            if re.match(r"cbm-[a-z]+(\s|$)", line):
+                out.append(re.split(r"\s+#", line)[0].strip())
+    out += [" ".join(span.split()) for span in re.findall(r"`(cbm-[a-z]+ [^`]+)`", text)]  # prose
+    seen: set[str] = set()
+    return [ln for ln in out if not any(m in ln for m in NOT_COMMANDS) and not (ln in seen or seen.add(ln))]
+
+
+def documented_errors(text: str) -> dict[str, str]:
+    """``$ cbm-... `` lines the README shows with the one error line they print."""
+    pairs = re.findall(r"^\$ (cbm-[^\n]+)\n(cbm-[a-z]+: error: [^\n]+)$", text, re.M)
+    return {cmd.strip(): err.strip() for cmd, err in pairs}
+
+
 def readme_examples() -> list:
-    """The README's ``cbm-experiment`` lines (comments dropped; a user's own preset left out): slow,
-    each validates a whole table."""
-    readme = Path(__file__).parents[2] / "README.md"
-    lines = [ln.split("#")[0].strip() for ln in readme.read_text().splitlines() if ln.startswith("cbm-experiment +")]
-    return [pytest.param(ln, id=f"README-{i}", marks=SLOW) for i, ln in enumerate(lines)]
+    """A ``pytest.param`` per README command line; whole tables and VLM runs are slow."""
+    lines = readme_lines(README.read_text())
+    slow = lambda ln: ln.startswith(SLOW_PROGS) or "/models/" in ln or "/tmp/tiny-vlm" in ln  # noqa: E731
+    return [pytest.param(ln, id=f"README-{i}", marks=SLOW if slow(ln) else ()) for i, ln in enumerate(lines)]
 
 
 @pytest.fixture(scope="module")
@@ -131,15 +156,19 @@ def fill(line: str, places: dict[str, Path]) -> list[str]:
     line = re.sub(r"outputs/[\w-]+/<time>", str(places["run"]), line)
     line = line.replace("outputs/edct/<run>", str(places["edct"]))
     line = line.replace("<black-box run>", str(places["bb"])).replace("<run>", str(places["run"]))
-    if "/models/" in line:
-        line = re.sub(r"/models/[\w.-]+", str(places["model"]), line)
+    line = line.replace("<run dir>", str(places["run"]))
+    if "/models/" in line or "/tmp/tiny-vlm" in line:
+        line = re.sub(r"(/models/[\w.-]+|/tmp/tiny-vlm)", str(places["model"]), line)
     line = line.replace("data.concept_set=vlm.yaml", f"data.concept_set={places['concepts']}")
+    line = re.sub(r"data\.concept_set=my_concepts\.yaml", f"data.concept_set={places['concepts']}", line)
+    if line.startswith("cbm-report "):  # a sweep or experiment directory
+        line = re.sub(r"cbm-report \S+", f"cbm-report {places['run'].parent}", line)
     return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))
 
 
 @pytest.mark.parametrize("line", all_examples() + readme_examples())
 def test_help_example_is_accepted(line, places, tmp_path, request):
-    if "/models/" in line:
+    if "/models/" in line or "/tmp/tiny-vlm" in line:
         places = {**places, "model": request.getfixturevalue("model_dir")}
     prog, *args = fill(line, places)
     env = {**os.environ, **KEYS, "CBM_DRY_RUN": "1", "PYTHONWARNINGS": "ignore"}
@@ -152,9 +181,25 @@ def test_help_example_is_accepted(line, places, tmp_path, request):
         # refused only for want of a GPU, or of as many GPUs as the example asks for
         assert not torch.cuda.is_available() or "CUDA GPU(s) are available" in err, err
         return
+    documented = documented_errors(README.read_text()).get(line)
+    if documented is not None:  # the README shows this line's refusal: it must be that (a "...)" shortens it)
+        assert res.returncode == 2 and len(err.splitlines()) == 1, err
+        assert err == documented or (documented.endswith("...)") and err.startswith(documented[:-4])), (err, documented)
+        return
+    if "--help" in args:
+        assert res.returncode == 0 and res.stdout.startswith("usage:"), res.stderr[-1500:]
+        return
     assert res.returncode == 0, f"{line}\n{res.stdout[-1500:]}\n{err[-1500:]}"
     assert "dry run" in res.stdout, res.stdout[-1500:]
     assert set(tmp_path.rglob("*")) == before  # a dry run writes nothing
+
+
+def test_the_readme_lines_are_found():
+    text = README.read_text()
+    lines = readme_lines(text)
+    assert "cbm-train model=cem" in lines and "cbm-train model.zero_concepts=[knees]" in lines
+    assert any(ln.startswith("cbm-intervene checkpoint=outputs/robot-cbm/<time> 'policy=") for ln in lines)  # joined continuation
+    assert len(lines) >= 50 and len(documented_errors(text)) >= 3
 
 
 def test_examples_are_found():
