@@ -20,12 +20,15 @@ import string
 from typing import Any
 
 
-def check_template(name: str, text: Any, allowed: tuple[str, ...], where: str = "prompts") -> None:
-    """``ValueError`` (one line) unless ``text`` is a string whose placeholders are plain names in ``allowed``."""
+def check_template(name: str, text: Any, allowed: tuple[str, ...], where: str = "prompts", may_be_empty: bool = False) -> None:
+    """``ValueError`` (one line) unless ``text`` is a string (non-blank unless ``may_be_empty``)
+    whose placeholders are plain names in ``allowed``."""
     label = f"{where}.{name}"
     names = ", ".join(allowed) or "none"
     if not isinstance(text, str):
         raise ValueError(f"{label}: must be a string, got {type(text).__name__}")
+    if not may_be_empty and not text.strip():
+        raise ValueError(f"{label}: empty (the model would be asked nothing)")
     try:
         parts = list(string.Formatter().parse(text))
     except ValueError as err:

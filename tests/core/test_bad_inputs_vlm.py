@@ -7,7 +7,8 @@ in the data cache; episodes files for it, valid and tampered (edited, or edited 
 a recomputed sha256, so the structure checks are reached); image folders with a decompression
 bomb, a corrupt, a truncated and an oversized image; bad human-score CSVs. ``@VLM`` in an argument
 or message stands for that directory. Hosted clients point at a closed loopback port: no case
-sends a request, every one is refused before.
+sends a request, every one is refused before. The default suite runs a sample of each kind (about
+45 cases, a second each); the rest, and every case that imports torch, are marked slow.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def _episode_files(root: Path) -> None:
     write("not_json", None, text="{not json")
     write("empty", None, text="")
     (root / "eps" / "a_dir" / "robot.json").mkdir(parents=True)
+    (root / "eps" / "device").mkdir()
+    (root / "eps" / "device" / "robot.json").symlink_to("/dev/zero")  # never ends when read
     (root / "eps" / "binary").mkdir()
     (root / "eps" / "binary" / "robot.json").write_bytes(b"\xff\xfe\x00garbage")
 
@@ -181,6 +184,7 @@ ICL_SETTINGS = [
     ("prompts.instructions.E1='{}'", "prompts.instructions.E1: '{}' is a positional placeholder"),
     ("prompts.descriptions.E2='{x}'", "prompts.descriptions.E2: unknown placeholder(s) ['x']", SLOW),
     ("prompts.system=5", "prompts.system: must be a string, got int", SLOW),
+    ("prompts.query=''", "prompts.query: empty (the model would be asked nothing)", SLOW),
     ("prompts.instructions=5", "prompts.instructions: must be a mapping condition -> text, got int", SLOW),
     ("+prompts.instructions.E9=x", "prompts.instructions: unknown condition(s) ['E9']", SLOW),
     ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
@@ -206,6 +210,7 @@ ICL_FILES = [
     (["episodes_dir=@VLM/eps/empty"], "@VLM/eps/empty/robot.json: not JSON", SLOW),
     (["episodes_dir=@VLM/eps/binary"], "@VLM/eps/binary/robot.json: not UTF-8 text: not an episodes file", SLOW),
     (["episodes_dir=@VLM/eps/a_dir"], "@VLM/eps/a_dir/robot.json: not a regular file: not an episodes file"),
+    (["episodes_dir=@VLM/eps/device"], "@VLM/eps/device/robot.json: not a regular file", SLOW),
     (["statistics.human_scores=@VLM/files/no_trial.csv"], "needs a header with a 'trial' column", SLOW),
     (["statistics.human_scores=@VLM/files/not_number.csv"], "not_number.csv line 2: conciseness='five' is not a number", SLOW),
     (["statistics.human_scores=@VLM/files/binary.csv"], "binary.csv is not a UTF-8 CSV file", SLOW),
@@ -230,7 +235,8 @@ ICL_TORCHVISION = [
     (["+datasets.t={kind: torchvision, name: utils, root: @VLM}"], "'utils' is a module of torchvision.datasets, not a dataset class"),
     (["+datasets.t={kind: torchvision, name: wrap_dataset_for_transforms_v2, root: @VLM}"], "'wrap_dataset_for_transforms_v2' is a function of torchvision.datasets"),
     (["+datasets.t={kind: torchvision, name: NoSuchSet, root: @VLM}"], "torchvision has no dataset 'NoSuchSet'"),
-    (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files, download: true}"], "datasets.t.download: datasets are read from disk only"),
+    (["+datasets.t={kind: torchvision, name: ImageFolder, root: @VLM/bomb}"], "10000x10000 image has 100,000,000 pixels, more than max_image_pixels=50,000,000"),
+    (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files, download: true}"], "datasets.t.download: set by the study (download=False: read from disk only"),
     (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files}"], "datasets.t: MNIST at '@VLM/files' is not usable offline (Dataset not found"),
 ]
 
@@ -278,6 +284,9 @@ EDCT_CASES = [
     ("prompts.chain='{concepts[0]}'", "prompts.chain: '{concepts[0]}' is not a plain placeholder name", SLOW),
     ("prompts.answer='{question'", "prompts.answer: bad template", SLOW),
     ("prompts.answer=5", "prompts.answer: must be a string, got int", SLOW),
+    ("prompts.answer=''", "prompts.answer: empty", SLOW),
+    ("+verify.tau_in=abc", "VerifyConfig.tau_in: expected a finite number, got 'abc'", SLOW),
+    ("segmenter={target: 'cbm.vlm.verify:resolve_segmenter'}", "'cbm.vlm.verify:resolve_segmenter' is a function", SLOW),
     ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
 ]
 

@@ -27,6 +27,8 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "judge_global": ("classes", "response", "output"),
     "rubric": (),
 }
+#: Templates that may be empty (no system prompt, no rubric).
+OPTIONAL_PROMPTS = ("system", "rubric")
 #: Per-condition tables of ``prompts`` (one entry per condition) and their placeholders.
 PROMPT_TABLES: dict[str, tuple[str, ...]] = {"instructions": ("options",), "descriptions": ("options",)}
 
@@ -124,7 +126,7 @@ def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
     if extra:
         raise ValueError(f"prompts: unknown template(s) {extra} (known: {', '.join([*PROMPT_FIELDS, *PROMPT_TABLES])})")
     for name, allowed in PROMPT_FIELDS.items():
-        check_template(name, prompts[name], allowed)
+        check_template(name, prompts[name], allowed, may_be_empty=name in OPTIONAL_PROMPTS)
     for part, allowed in PROMPT_TABLES.items():
         table = prompts.get(part)
         if not isinstance(table, dict):
@@ -136,4 +138,4 @@ def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
         if odd:
             raise ValueError(f"prompts.{part}: unknown condition(s) {odd} (choose from {', '.join(CONDITION_TAGS)})")
         for c, text in table.items():
-            check_template(f"{part}.{c}", text, allowed)
+            check_template(f"{part}.{c}", text, allowed, may_be_empty=part == "descriptions")

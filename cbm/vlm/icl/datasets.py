@@ -211,10 +211,16 @@ def _torchvision(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
         what = f"torchvision has no dataset '{cls_name}'" if factory is None else (
             f"'{cls_name}' is a {type(factory).__name__} of torchvision.datasets, not a dataset class")
         raise ValueError(f"datasets.{name}.name: {what} (a class such as MNIST, CIFAR10, ImageFolder)")
-    if "download" in spec:
-        raise ValueError(f"datasets.{name}.download: datasets are read from disk only (download=False always)")
+    if "download" in spec or "loader" in spec:
+        key = "download" if "download" in spec else "loader"
+        raise ValueError(f"datasets.{name}.{key}: set by the study (download=False: read from disk only; loader: size-checked)")
     kwargs = dict(spec)
-    offline = {"download": False} if "download" in inspect.signature(factory).parameters else {}
+    params = inspect.signature(factory).parameters
+    offline = {"download": False} if "download" in params else {}
+    if "loader" in params:  # folder datasets: each file's size checked before it is decoded
+        from cbm.vlm.images import load_image
+
+        offline["loader"] = lambda path: load_image(path, max_pixels, f"datasets.{name}: {path}")
     try:
         ds = factory(root=str(root), **offline, **kwargs)
         targets = getattr(ds, "targets", None)
@@ -235,6 +241,8 @@ def _torchvision(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
 
         try:
             img = ds[i][0]
+        except ValueError:  # already one line (the size-checked loader)
+            raise
         except Exception as err:  # noqa: BLE001 - the class decodes the user's files
             raise ValueError(f"datasets.{name}: item {i}: cannot load the image ({type(err).__name__}: {err})") from None
         if isinstance(img, Image.Image):
