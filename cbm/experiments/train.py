@@ -104,6 +104,10 @@ def resume_config(run_dir: str | Path, overrides: list[str]) -> DictConfig:
         if not sep or key.lstrip("+~") not in RESUMABLE:
             raise ValueError(f"resume: '{item}' cannot change a resumed run (allowed: {', '.join(RESUMABLE)})")
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    if OmegaConf.select(cfg, "model.head") is not None and OmegaConf.select(cfg, "model.head.solver") is None:
+        # a run started before head.solver existed trained its head by gradient (its checkpoint's
+        # optimiser holds the head's parameter group): resume it the way it started
+        OmegaConf.update(cfg, "model.head.solver", "gradient", force_add=True)
     cfg.output_dir = str(d)
     return cfg
 

@@ -153,3 +153,31 @@ def test_rerunning_into_a_used_directory_is_refused(compose_train, tmp_path):
     with pytest.raises(ValueError, match="already holds a run"):
         run(compose_train(*small))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before  # nothing stale was added
+
+
+@pytest.mark.slow
+def test_an_independent_cbm_resumes_with_its_solved_head_and_an_older_run_with_its_gradient_head(tmp_path):
+    """The default CBM (independent, head solved by L-BFGS and frozen) resumes to the metrics of an
+    uninterrupted run; a run whose config predates ``head.solver`` (its checkpoint's optimiser holds
+    the head's parameter group) resumes the way it started, by gradient."""
+    args = ["model=cbm", "data.modality=tabular", "data.n_train=1200", "data.n_calib=0", "data.n_test=500",
+            "trainer.max_epochs=3", "logger=csv_only", "trainer.enable_progress_bar=false", "batch_size=100",
+            f"cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    ref = cbm_train(tmp_path, *args, f"hydra.run.dir={tmp_path / 'ref'}")
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    killed = cbm_train(tmp_path, *args, f"hydra.run.dir={tmp_path / 'lbfgs'}", env={"CBM_KILL_AT_STEP": "15"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = cbm_train(tmp_path, f"resume={tmp_path / 'lbfgs'}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert metrics(tmp_path / "lbfgs") == metrics(tmp_path / "ref")
+
+    old = tmp_path / "old"
+    killed = cbm_train(tmp_path, *args, "model.head.solver=gradient", f"hydra.run.dir={old}", env={"CBM_KILL_AT_STEP": "15"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    cfg = (old / "config.yaml").read_text()
+    assert "solver: gradient" in cfg
+    (old / "config.yaml").write_text(cfg.replace("    solver: gradient\n", ""))  # as an older version wrote it
+    assert "solver:" not in (old / "config.yaml").read_text()
+    resumed = cbm_train(tmp_path, f"resume={old}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((old / "metrics.json").read_text())["test/task_acc"] > 0.5
