@@ -5,7 +5,10 @@ The parent starts every cell in its own session (so stopping a cell stops the ce
 process group) and names itself in ``CBM_PARENT_PID``. The cell, first thing in its ``main``,
 calls :func:`die_with_parent`: on Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` makes the kernel kill
 it when the parent dies, even by ``kill -9``; elsewhere a watchdog thread polls the parent pid.
-Either way a parent that died before the call is noticed at once (the cell was re-parented).
+Either way a parent that died before the call is noticed at once (the cell was re-parented) and the
+cell exits with one line on stderr. Once armed, the cell names *itself* in ``CBM_PARENT_PID``: the
+processes it starts (the other ranks DDP relaunches with the same command, any cbm command) inherit
+the variable and die with the cell, instead of finding a pid that is not their parent.
 """
 
 from __future__ import annotations
@@ -43,10 +46,15 @@ def _orphaned(parent: int) -> bool:
     return os.getppid() != parent
 
 
+def _exit_orphaned(parent: int) -> None:
+    print(f"cbm: parent {parent} is gone; exiting ({PARENT_ENV}={parent})", file=sys.stderr, flush=True)
+    os._exit(137)
+
+
 def _watchdog(parent: int) -> None:
     while not _orphaned(parent):
         time.sleep(POLL_S)
-    os._exit(137)
+    _exit_orphaned(parent)
 
 
 def die_with_parent() -> None:
@@ -59,8 +67,9 @@ def die_with_parent() -> None:
     parent = int(value)
     if not _prctl_deathsig():
         threading.Thread(target=_watchdog, args=(parent,), daemon=True, name="cbm-lifeline").start()
-    if _orphaned(parent):  # the parent died before the death signal was armed
-        os._exit(137)
+    if _orphaned(parent):  # the parent died before the death signal was armed, or a stale variable
+        _exit_orphaned(parent)
+    os.environ[PARENT_ENV] = str(os.getpid())  # what this process starts dies with it, not with its parent
 
 
 def start(cmd: list[str], out_path: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -90,6 +99,8 @@ class Running:
         self.stopping = False
 
     def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | None:
+        # The calling thread must stay alive, blocked in :meth:`wait`, while the cell runs:
+        # PR_SET_PDEATHSIG fires when the parent *thread* that forked the cell exits, not the process.
         with self.lock:
             if self.stopping:
                 return None

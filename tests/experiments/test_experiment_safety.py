@@ -40,7 +40,10 @@ def hold_in_child(directory: Path) -> subprocess.Popen:
     """A process that holds ``directory``'s lock until killed (it prints once it does)."""
     code = f"from cbm.experiments import runlock; import time; runlock.acquire({str(directory)!r}); print('held', flush=True); time.sleep(600)"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
+    if proc.stdout.readline().strip() != "held":
+        proc.kill()
+        proc.wait()
+        raise AssertionError("the lock holder did not start")
     return proc
 
 
@@ -65,6 +68,33 @@ def wait_for(predicate, timeout: float, what: str):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def spawned():
+    """``spawned(cmd, **popen_kwargs)``: a process in its own session, killed with its whole group at
+    the end of the test whatever happened (``spawned.track(pid)`` adds another group, e.g. a cell's)."""
+    groups: list[int] = []
+
+    def spawn(cmd: list[str], **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(cmd, start_new_session=True, **kwargs)
+        groups.append(proc.pid)
+        procs.append(proc)
+        return proc
+
+    procs: list[subprocess.Popen] = []
+    spawn.track = groups.append  # type: ignore[attr-defined]
+    yield spawn
+    for pid in groups:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:  # gone already
+            pass
+    for proc in procs:
+        try:
+            proc.communicate(timeout=30)  # reap it and close its pipes
+        except (subprocess.TimeoutExpired, ValueError):
+            pass
 
 
 @pytest.fixture
@@ -120,7 +150,7 @@ def test_lock_is_exclusive_names_its_holder_and_dies_with_it(tmp_path):
         assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["pid"] == os.getpid()
 
 
-def test_a_cell_dies_with_its_parent(tmp_path):
+def test_a_cell_dies_with_its_parent(tmp_path, spawned):
     """``kill -9`` of the parent: the kernel kills the cell (PR_SET_PDEATHSIG), no orphan remains."""
     child = "from cbm.experiments.lifeline import die_with_parent; import time; die_with_parent(); print('armed', flush=True); time.sleep(600)"
     parent = textwrap.dedent(f"""
@@ -131,13 +161,44 @@ def test_a_cell_dies_with_its_parent(tmp_path):
         print(proc.pid, flush=True)
         time.sleep(600)
     """)
-    p = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    p = spawned([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     cell = int(p.stdout.readline())
+    spawned.track(cell)  # its own session: killed at the end even if the death signal failed
     wait_for(lambda: (tmp_path / "out.txt").read_text().strip() == "armed", 60, "the cell to arm its death signal")
     assert alive(cell) and os.getpgid(cell) == cell  # its own process group
     p.send_signal(signal.SIGKILL)
     p.wait()
     wait_for(lambda: not alive(cell), 10, "the orphaned cell to die")
+
+
+def test_what_a_cell_starts_runs_normally_and_dies_with_the_cell(tmp_path, spawned):
+    """A process the cell starts (DDP's other ranks, any cbm command) inherits CBM_PARENT_PID: it
+    names the cell, so the process runs (it is no orphan) and is bound to the cell."""
+    grandchild = ("import os, sys; from cbm.experiments.lifeline import die_with_parent, PARENT_ENV; die_with_parent(); "
+                  "print('grandchild ran', os.environ[PARENT_ENV] == str(os.getpid()), flush=True)")  # fmt: skip
+    cell = textwrap.dedent(f"""
+        import os, subprocess, sys
+        from cbm.experiments.lifeline import die_with_parent, PARENT_ENV
+        die_with_parent()
+        assert os.environ[PARENT_ENV] == str(os.getpid())
+        res = subprocess.run([sys.executable, "-c", {grandchild!r}], capture_output=True, text=True)
+        print(res.returncode, res.stdout.strip(), repr(res.stderr.strip()), flush=True)
+    """)
+    proc = lifeline.start([sys.executable, "-c", cell], tmp_path / "out.txt", dict(os.environ))
+    spawned.track(proc.pid)
+    assert proc.wait(timeout=120) == 0, (tmp_path / "out.txt").read_text()
+    assert (tmp_path / "out.txt").read_text().strip() == "0 grandchild ran True ''"
+
+
+def test_a_stale_parent_variable_is_one_line_and_a_failure(tmp_path):
+    """A shell that kept CBM_PARENT_PID of a finished experiment: the command says why it stops."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    code = "from cbm.experiments.lifeline import die_with_parent; die_with_parent(); print('ran')"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, lifeline.PARENT_ENV: str(dead.pid)})  # fmt: skip
+    assert res.returncode != 0 and res.stdout == ""
+    assert res.stderr.strip().splitlines() == [f"cbm: parent {dead.pid} is gone; exiting ({lifeline.PARENT_ENV}={dead.pid})"]
 
 
 def test_stop_kills_the_cell_group(tmp_path):
@@ -172,17 +233,15 @@ def test_config_dir_flags_reach_the_precheck(tmp_path):
 
 # ----------------------------------------------------------------------------- whole experiments
 @pytest.mark.slow
-def test_a_second_experiment_on_the_same_folder_is_refused_and_nothing_is_lost(tmp_path, preset, shared_cache):
+def test_a_second_experiment_on_the_same_folder_is_refused_and_nothing_is_lost(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
-    first = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
-        second = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=300)
-        # a cbm-train by hand into the running cell is refused the same way, naming the cell
-        by_hand = subprocess.run([str(BIN / "cbm-train"), "data.modality=tabular", f"hydra.run.dir={cell_dir(out)}",
-                                  f"cache_dir={shared_cache}"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    finally:
-        stdout, stderr = first.communicate(timeout=600)
+    first = spawned(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+    second = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=300)
+    # a cbm-train by hand into the running cell is refused the same way, naming the cell
+    by_hand = subprocess.run([str(BIN / "cbm-train"), "data.modality=tabular", f"hydra.run.dir={cell_dir(out)}",
+                              f"cache_dir={shared_cache}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stdout[-2000:] + stderr[-2000:]
     for res, holder in ((second, f"pid {first.pid} "), (by_hand, "cbm.experiments.train")):
         err = res.stderr.strip().splitlines()
@@ -192,11 +251,12 @@ def test_a_second_experiment_on_the_same_folder_is_refused_and_nothing_is_lost(t
 
 
 @pytest.mark.slow
-def test_kill_9_of_the_parent_leaves_no_orphan_and_a_rerun_finishes(tmp_path, preset, shared_cache):
+def test_kill_9_of_the_parent_leaves_no_orphan_and_a_rerun_finishes(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
-    parent = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = spawned(experiment_cmd(preset, out, shared_cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
     cell = int(info["pid"])
+    spawned.track(cell)  # the cell's own session
     assert cell != parent.pid and alive(cell)
     parent.send_signal(signal.SIGKILL)  # the parent only
     parent.wait()
@@ -240,10 +300,11 @@ def test_the_other_ranks_of_a_ddp_run_share_rank_zeros_lock(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache):
+def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
-    parent = subprocess.Popen(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    parent = spawned(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+    spawned.track(int(info["pid"]))
     parent.send_signal(signal.SIGINT)
     _, stderr = parent.communicate(timeout=60)
     assert parent.returncode == 130 and stderr.strip().splitlines() == [
