@@ -14,10 +14,12 @@ file and the problem, e.g. ``cannot write out/metrics.json: no space left on dev
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import shutil
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -165,6 +167,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _writer_dead(host: str, pid: int, p: Path, now: float) -> bool:
+    """Whether the writer ``host``/``pid`` of ``p`` is gone: this host's when its pid is; another
+    host's when ``p`` is older than :data:`ORPHAN_AGE_S`. ``OSError`` when ``p`` vanished."""
+    return not _alive(pid) if host == _host() else now - p.stat().st_mtime > ORPHAN_AGE_S
+
+
 def clean_orphans(directory: str | Path) -> int:
     """Remove temp files left in ``directory`` by writers that died; the number removed.
 
@@ -174,14 +182,13 @@ def clean_orphans(directory: str | Path) -> int:
     d = Path(directory)
     if not d.is_dir():
         return 0
-    removed, host, now = 0, _host(), time.time()
+    removed, now = 0, time.time()
     for p in d.glob(f".*{TMP_SUFFIX}"):
         parts = p.name[: -len(TMP_SUFFIX)].split(".")
         if len(parts) < 5 or not parts[-2].isdigit():
             continue
-        tmp_host, pid = parts[-3], int(parts[-2])
         try:
-            orphan = not _alive(pid) if tmp_host == host else now - p.stat().st_mtime > ORPHAN_AGE_S
+            orphan = _writer_dead(parts[-3], int(parts[-2]), p, now)
         except OSError:
             continue
         if orphan:
@@ -214,14 +221,83 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
+#: ``renameat2`` flag swapping two existing paths in one step (Linux 3.15+, most local file systems).
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+#: Errors of ``renameat2`` meaning "not on this kernel / file system": :func:`atomic_dir` falls back.
+_NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP)
+
+
+def _renameat2() -> Callable[..., int] | None:
+    """libc's ``renameat2`` (Linux, glibc 2.28+ / musl), else ``None``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return fn
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the existing ``a`` and ``b`` in one atomic step; ``False`` where the system cannot."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    import ctypes
+
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _aside(path: Path) -> Path:
+    """``.<name>.old.<host>.<pid>``: where the fallback of :func:`atomic_dir` keeps the previous
+    directory for a moment (not a temp name: :func:`clean_orphans` never deletes it)."""
+    return path.with_name(f".{path.name}.old.{_host()}.{os.getpid()}")
+
+
+def recover_dir(path: str | Path) -> None:
+    """Undo what a writer killed inside :func:`atomic_dir`'s fallback left: ``path`` missing and its
+    previous directory aside is put back; a previous directory aside beside a complete ``path`` is
+    removed. Directories aside of live writers are left alone."""
+    path, now = Path(path), time.time()
+    for p in sorted(path.parent.glob(f".{glob.escape(path.name)}.old.*")):
+        host, _, pid = p.name[len(path.name) + 6 :].partition(".")
+        if not pid.isdigit() or "." in host:
+            continue
+        try:
+            if not _writer_dead(host, int(pid), p, now):
+                continue
+            if path.exists():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.replace(p, path)
+        except OSError:
+            continue
+
+
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """A directory written whole or not at all: yields a temp directory beside ``path``; when the
-    block succeeds its files are ``fsync``-ed and it is renamed to ``path`` (a previous ``path`` is
-    moved aside first and removed after); when the block fails it is removed and ``path`` is as it
-    was. Readers see the old directory or the complete new one, never a partial one. I/O failures
-    become :class:`WriteError`; other exceptions pass through after the clean-up."""
+    block succeeds its files are ``fsync``-ed and it takes the place of ``path``. When the block
+    fails it is removed and ``path`` is as it was. I/O failures become :class:`WriteError`; other
+    exceptions pass through after the clean-up.
+
+    A previous ``path`` is swapped out in one step on Linux (``renameat2(RENAME_EXCHANGE)``: readers
+    see the old directory or the complete new one, never none) and removed after; a writer killed
+    before that removal leaves it under a temp name, which :func:`clean_orphans` removes. Where the
+    system cannot swap (other OSes, some file systems) the previous directory is first moved aside
+    to ``.<name>.old.<host>.<pid>``, and ``path`` is missing for a moment: a writer killed then
+    leaves it there, and the next :func:`atomic_dir` on ``path`` (or :func:`recover_dir`) puts it back."""
     path = Path(path)
+    recover_dir(path)
     if path.exists() and not path.is_dir():
         raise WriteError(errno.EEXIST, f"cannot write {path}: a file is in the way")
     ensure_dir(path.parent)
@@ -231,16 +307,19 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         tmp.mkdir()
         yield tmp
         _fsync_tree(tmp)
-        if path.exists():
-            old = temp_path(path)
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            if old is not None:
-                os.replace(old, path)
-                old = None
-            raise
+        if path.exists() and _exchange(tmp, path):
+            old = tmp  # now the previous directory, under the temp name
+        else:
+            if path.exists():
+                old = _aside(path)
+                os.replace(path, old)
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                if old is not None:
+                    os.replace(old, path)
+                    old = None
+                raise
         _fsync_dir(path.parent)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from synthetic.atomic import WriteError, atomic_write, clean_orphans, temp_path
+from synthetic import atomic
+from synthetic.atomic import WriteError, atomic_dir, atomic_write, clean_orphans, temp_path
 
 SMALL = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=100"]
 
@@ -53,6 +54,103 @@ def test_orphan_temps_of_dead_writers_are_cleaned(tmp_path):
     live.write_bytes(b"in progress")
     assert clean_orphans(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+def write_dir(path: Path, text: str) -> None:
+    with atomic_dir(path) as d:
+        (d / "weights.txt").write_text(text)
+
+
+def read_dir(path: Path) -> str:
+    return (path / "weights.txt").read_text()
+
+
+def kill_inside_atomic_dir(path: Path, text: str, at: str) -> None:
+    """A writer of ``path`` killed (``os._exit``, no clean-up runs) ``at`` one step of atomic_dir:
+    ``"aside"`` after the fallback moved the previous directory aside, ``"swapped"`` after the swap."""
+    code = f"""
+import os, sys
+from pathlib import Path
+from synthetic import atomic
+if {at!r} == "aside":
+    atomic._renameat2 = lambda: None
+    real = os.replace
+    def replace(a, b):
+        real(a, b)
+        if ".old." in str(b):
+            os._exit(137)
+    atomic.os.replace = replace
+else:
+    swap = atomic._exchange
+    atomic._exchange = lambda a, b: swap(a, b) and os._exit(137)
+with atomic.atomic_dir(Path({str(path)!r})) as d:
+    (d / "weights.txt").write_text({text!r})
+"""
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 137
+
+
+def exchange_works_here(tmp_path: Path) -> bool:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    try:
+        return atomic._exchange(tmp_path / "a", tmp_path / "b")
+    finally:
+        (tmp_path / "a").rmdir()
+        (tmp_path / "b").rmdir()
+
+
+def test_atomic_dir_swaps_the_previous_directory_in_one_step(tmp_path, monkeypatch):
+    if not exchange_works_here(tmp_path):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) on this system / file system")
+    target = tmp_path / "adapter"
+    write_dir(target, "v1")
+    moved = []
+    real = os.replace
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (moved.append((a, b)), real(a, b)))
+    write_dir(target, "v2")
+    assert read_dir(target) == "v2" and moved == []  # never moved aside: the target always existed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+
+
+def test_atomic_dir_without_the_swap_moves_the_previous_aside_and_removes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "_renameat2", lambda: None)
+    target = tmp_path / "adapter"
+    write_dir(target, "v1")
+    write_dir(target, "v2")
+    assert read_dir(target) == "v2" and sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target) as d:
+            (d / "weights.txt").write_text("v3")
+            raise RuntimeError("the block failed")
+    assert read_dir(target) == "v2" and sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+
+
+def test_a_writer_killed_between_the_two_renames_loses_nothing(tmp_path):
+    """The fallback's moment without ``path``: the previous directory waits aside (not a temp name,
+    so no clean-up deletes it) and the next atomic_dir puts it back before anything else."""
+    target = tmp_path / "adapter"
+    write_dir(target, "v1")
+    kill_inside_atomic_dir(target, "v2", "aside")
+    assert not target.exists()
+    clean_orphans(tmp_path)  # what any other writer in the folder runs first
+    aside = [p.name for p in tmp_path.iterdir()]
+    assert len(aside) == 1 and aside[0].startswith(".adapter.old."), aside
+    with pytest.raises(RuntimeError):
+        with atomic_dir(target):
+            raise RuntimeError("the next write fails too")
+    assert read_dir(target) == "v1" and sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+    write_dir(target, "v3")
+    assert read_dir(target) == "v3" and sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+
+
+def test_a_writer_killed_after_the_swap_leaves_the_new_directory(tmp_path):
+    if not exchange_works_here(tmp_path):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) on this system / file system")
+    target = tmp_path / "adapter"
+    write_dir(target, "v1")
+    kill_inside_atomic_dir(target, "v2", "swapped")
+    assert read_dir(target) == "v2"  # the previous one waits under a temp name of the dead writer
+    assert clean_orphans(tmp_path) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
 
 
 @pytest.mark.slow
