@@ -6,7 +6,9 @@ logs and checkpoints. Every Hydra app therefore holds the lock of its run direct
 task runs, and ``cbm-experiment`` that of its ``output_dir``. The lock is an ``flock`` (POSIX) or
 ``msvcrt`` byte lock, which the kernel drops when its process dies, so a killed owner never
 blocks a rerun; the owner's pid, host, start time and command are written into the file for the
-refusal line and are advisory only. The other ranks of a multi-process run work in rank zero's
+refusal line and are advisory only. A lock won on a file that was removed meanwhile (a failed
+run's directory cleaned up) locks nothing: it is dropped and the file now there taken instead.
+The other ranks of a multi-process run work in rank zero's
 directory under its lock (:func:`secondary_rank`).
 """
 
@@ -34,6 +36,8 @@ COMMAND_CHARS = 160
 #: How long an acquisition retries before it reports the directory busy (a probe by another
 #: process holds the lock for microseconds).
 RETRY_S = 0.5
+#: How often an acquisition reopens a lock file that was removed while it waited for it.
+REOPENS = 5
 
 #: Directories this process holds: resolved path -> (file descriptor, nesting count).
 _held: dict[str, list[int]] = {}
@@ -72,10 +76,19 @@ def _unlock(fd: int) -> None:
     try:
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        else:  # pragma: no cover
+        else:  # msvcrt unlocks the bytes at the current position, which the owner info moved
+            os.lseek(fd, 0, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
     finally:
         os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not one removed, or replaced, since it was opened)."""
+    try:
+        return os.fstat(fd).st_ino == os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _command() -> str:
@@ -144,13 +157,19 @@ def acquire(directory: str | Path, advice: str = "wait for it to finish or choos
         _held[key][1] += 1
         return
     path = Path(directory) / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + RETRY_S
-    while not _try_lock(fd):
-        if time.monotonic() > deadline:
-            os.close(fd)
-            raise Busy(busy_line(directory, _read_owner(path), advice))
-        time.sleep(0.02)
+    for _ in range(REOPENS):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        while not _try_lock(fd):
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise Busy(busy_line(directory, _read_owner(path), advice))
+            time.sleep(0.02)
+        if _same_file(fd, path):
+            break
+        _unlock(fd)  # the file was removed while this waited (remove_if_unused): a lock on nothing
+    else:
+        raise Busy(busy_line(directory, _read_owner(path), advice))
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps(_owner()).encode())
     _held[key] = [fd, 1]

@@ -150,6 +150,50 @@ def test_lock_is_exclusive_names_its_holder_and_dies_with_it(tmp_path):
         assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["pid"] == os.getpid()
 
 
+def holder_seen_by_another_process(directory: Path) -> dict | None:
+    code = f"import json; from cbm.experiments import runlock; print(json.dumps(runlock.holder({str(directory)!r})))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout)
+
+
+def test_a_lock_file_removed_while_waiting_for_it_is_taken_anew(tmp_path, monkeypatch):
+    """remove_if_unused deletes a run directory (its .lock too) between another process's open and
+    flock: that process must not hold a lock on the deleted file while a third takes the new one."""
+    real, calls = runlock._try_lock, []
+
+    def removed_meanwhile(fd: int) -> bool:
+        if not calls:
+            (tmp_path / runlock.LOCK_NAME).unlink()
+        calls.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(runlock, "_try_lock", removed_meanwhile)
+    with runlock.hold(tmp_path):
+        assert len(calls) == 2  # the first lock was on the removed file: dropped, the new file taken
+        fd = runlock._held[str(tmp_path.resolve())][0]
+        assert os.fstat(fd).st_ino == (tmp_path / runlock.LOCK_NAME).stat().st_ino
+        info = holder_seen_by_another_process(tmp_path)
+        assert info is not None and info["pid"] == os.getpid()
+    assert holder_seen_by_another_process(tmp_path) is None
+
+
+def test_windows_unlocks_the_byte_it_locked(tmp_path, monkeypatch):
+    """msvcrt.locking works at the current file position, which writing the owner info moved."""
+    seen = []
+
+    class FakeMsvcrt:
+        LK_NBLCK, LK_UNLCK = "lock", "unlock"
+
+        @staticmethod
+        def locking(fd: int, mode: str, n: int) -> None:
+            seen.append((mode, os.lseek(fd, 0, os.SEEK_CUR), n))
+
+    monkeypatch.setattr(runlock, "fcntl", None)
+    monkeypatch.setattr(runlock, "msvcrt", FakeMsvcrt, raising=False)
+    with runlock.hold(tmp_path):
+        assert (tmp_path / runlock.LOCK_NAME).stat().st_size > 0
+    assert seen == [("lock", 0, 1), ("unlock", 0, 1)]
+
+
 def test_a_cell_dies_with_its_parent(tmp_path, spawned):
     """``kill -9`` of the parent: the kernel kills the cell (PR_SET_PDEATHSIG), no orphan remains."""
     child = "from cbm.experiments.lifeline import die_with_parent; import time; die_with_parent(); print('armed', flush=True); time.sleep(600)"
