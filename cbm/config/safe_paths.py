@@ -35,6 +35,8 @@ SLUG_SEP, SLUG_DIGEST = "~", 16
 #: Longest slug (bytes): room is left for what a call site puts around it (``automation_<slug>.png``).
 SLUG_MAX_BYTES = 200
 _DRIVE = re.compile(r"^[A-Za-z]:")
+#: An innermost ``${...}`` interpolation.
+_INTERPOLATION = re.compile(r"\$\{[^{}]*\}")
 
 
 def _problem(s: str) -> str | None:
@@ -63,14 +65,14 @@ def _shown(s: str) -> str:
     return repr(s if len(s) <= 80 else s[:77] + "...")
 
 
-def check_component(value: Any, what: str) -> str:
+def check_component(value: Any, what: str, shown: str | None = None) -> str:
     """``value`` as a string that is safe as one file or directory name; else ``ValueError`` naming
-    ``what`` (the field) and the value: empty, ``.``, ``..``, ``/`` or ``\\``, control characters
-    (NUL, newline), an absolute path or drive letter, or over 255 bytes."""
+    ``what`` (the field) and the value (or ``shown``, what the user wrote): empty, ``.``, ``..``,
+    ``/`` or ``\\``, control characters (NUL, newline), an absolute path or drive letter, or over 255 bytes."""
     s = str(value) if value is not None else ""
     why = _problem(s)
     if why:
-        raise ValueError(f"{what}: {_shown(s)} is not usable as a file or directory name ({why})")
+        raise ValueError(f"{what}: {_shown(s if shown is None else shown)} is not usable as a file or directory name ({why})")
     return s
 
 
@@ -149,20 +151,52 @@ def check_hydra_names(cfg: Any) -> None:
         except Exception:  # not resolvable before Hydra runs (e.g. hydra.job.num): Hydra's own
             return None
 
-    name = value("job.name")
+    def text(key: str) -> tuple[str, str] | None:
+        """``(checked, shown)``: the value; where it cannot be resolved before Hydra runs
+        (``x_${hydra.job.num}``) its text as written, checked with every interpolation as ``x``."""
+        try:
+            v = OmegaConf.select(hydra, key, throw_on_missing=True)
+            return None if v is None else (str(v), str(v))
+        except Exception:
+            raw = _raw(hydra, key)
+            return None if raw is None else (blank_interpolations(raw), raw)
+
+    name = text("job.name")
     if name is not None:
-        check_component(name, "hydra.job.name")
+        check_component(name[0], "hydra.job.name", shown=name[1])
     for key in ("run.dir", "sweep.dir"):
-        d = value(key)
-        if d is not None and _has_control(str(d)):
-            raise ValueError(f"hydra.{key}: {_shown(str(d))} contains a control character")
+        d = text(key)
+        if d is not None and _has_control(d[0]):
+            raise ValueError(f"hydra.{key}: {_shown(d[1])} contains a control character")
     for key in ("output_subdir", "sweep.subdir"):
-        sub = value(key)
+        sub = text(key)
         if sub is not None:
-            _relative_inside(str(sub), f"hydra.{key}", "the run directory")
+            _relative_inside(sub[0], f"hydra.{key}", "the run directory", shown=sub[1])
     chosen = [(str(g), o) for g, o in (value("runtime.choices") or {}).items() if isinstance(o, str)]
     for group, option in chosen + _group_overrides(value("overrides.task") or []):  # policy=[a,b]: only in the overrides
         _relative_inside(option, group, f"conf/{group.split('@')[0]}/")  # client@vlm: conf/client/
+
+
+def blank_interpolations(raw: str) -> str:
+    """``../x_${hydra.job.num}`` -> ``../x_x``: what a path check can judge before the values exist."""
+    while True:
+        blanked = _INTERPOLATION.sub("x", raw)
+        if blanked == raw:
+            return raw
+        raw = blanked
+
+
+def _raw(node: Any, key: str) -> str | None:
+    """The unresolved text of the string at ``key`` under ``node`` (``None`` if it is not one)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    try:
+        sub = OmegaConf.select(node, parent) if parent else node
+        raw = OmegaConf.to_container(sub, resolve=False).get(leaf) if isinstance(sub, DictConfig) else None
+    except Exception:
+        return None
+    return raw if isinstance(raw, str) else None
 
 
 def _group_overrides(task: Any) -> list[tuple[str, str]]:
@@ -184,9 +218,9 @@ def _group_overrides(task: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _relative_inside(s: str, what: str, where: str) -> None:
+def _relative_inside(s: str, what: str, where: str, shown: str | None = None) -> None:
     """A relative path of usable components (``a/b`` is fine, ``../x`` and ``/x`` are not)."""
     absolute = PurePosixPath(s).is_absolute() or PureWindowsPath(s).is_absolute() or bool(_DRIVE.match(s))
     parts = [p for p in s.replace("\\", "/").split("/") if p not in ("", ".")]
     if absolute or any(_problem(p) for p in parts):
-        raise ValueError(f"{what}: {s!r} must be a relative path inside {where} (no '..', no absolute path)")
+        raise ValueError(f"{what}: {(s if shown is None else shown)!r} must be a relative path inside {where} (no '..', no absolute path)")

@@ -50,6 +50,9 @@ TRAIN = [
     (["hydra.output_subdir=/tmp/x"], f"hydra.output_subdir: '/tmp/x' {OUTSIDE} the run directory", ()),
     (["hydra.output_subdir=../../x"], "hydra.output_subdir: '../../x'", (SLOW,)),
     (["--multirun", "hydra.sweep.subdir=../../x"], "hydra.sweep.subdir: '../../x'", ()),
+    # ${hydra.job.num} has no value before Hydra runs: the text is checked with the interpolation as 'x'
+    (["--multirun", "hydra.sweep.subdir=../../x_${hydra.job.num}"], f"hydra.sweep.subdir: '../../x_${{hydra.job.num}}' {OUTSIDE} the run directory", ()),
+    (["--multirun", "hydra.job.name=../${hydra.job.num}"], "hydra.job.name: '../${hydra.job.num}' " + NOT_A_NAME, (SLOW,)),
     (["hydra.run.dir=FX/files/a_file"], "hydra.run.dir: cannot create", ()),
     ([f"hydra.run.dir=FX/{ENV_NAME}"], "hydra.run.dir: 'FX/a\\nb\\tc' contains a control character", ()),
     (["--multirun", "model.name=cbm,../../x"], "unknown model '../../x'", (SLOW,)),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,28 @@ def test_run_and_sweep_directories_go_anywhere_but_have_no_control_characters():
     for key in ("run", "sweep"):
         with pytest.raises(ValueError, match=f"^hydra.{key}.dir: 'out/a\\\\nb' contains a control character$"):
             check_hydra_names(OmegaConf.create({"hydra": {key: {"dir": "out/a\nb"}}}))
+
+
+@pytest.mark.parametrize("key, raw, ok", [
+    ("sweep.subdir", "${hydra.job.num}", True),  # Hydra's default
+    ("sweep.subdir", "x_${hydra.job.num}/y", True),
+    ("job.name", "..${hydra.job.num}", True),  # becomes '..0': a plain name
+    ("sweep.subdir", "../../x_${hydra.job.num}", False),
+    ("output_subdir", "/${hydra.job.num}", False),
+    ("job.name", "../${oc.env:HOME,${hydra.job.num}}", False),
+])  # fmt: skip
+def test_names_that_resolve_only_when_hydra_runs_are_checked_as_written(key, raw, ok):
+    """``${hydra.job.num}`` has no value before Hydra runs: the text is checked with each
+    interpolation as ``x``, and a refusal shows it as written."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"hydra": {"job": {"num": "???"}}})
+    OmegaConf.update(cfg, f"hydra.{key}", raw, merge=False)
+    if ok:
+        check_hydra_names(cfg)
+    else:
+        with pytest.raises(ValueError, match=re.escape(f"hydra.{key}: {raw!r}")):
+            check_hydra_names(cfg)
 
 
 def hydra_group_choice(run: Path, bad: str) -> None:
