@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from cbm.config.safe_paths import existing_ancestor
+
 
 def human_bytes(n: float) -> str:
     """``1536`` -> ``1.5 KiB``."""
@@ -48,11 +50,8 @@ def memory_bytes() -> int | None:
 
 def free_disk_bytes(directory: str | Path) -> int | None:
     """Free space of the file system ``directory`` is (or would be created) on."""
-    p = Path(directory).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
     try:
-        return shutil.disk_usage(p).free
+        return shutil.disk_usage(existing_ancestor(directory)).free
     except OSError:
         return None
 

@@ -12,7 +12,9 @@ setting such as ``name=../../x`` or a data value such as a fine-tuning ``pair_id
   :func:`slugs` also checks a whole set for collisions;
 * :func:`inside` — the last guard: a path, symlinks followed, stays under its root;
 * :func:`check_file_path` — an explicit output *file* path a user gave (it may lie anywhere, but
-  must name a file).
+  must name a file);
+* :func:`check_creatable` — a directory a command will create (run, cache, output folders): not
+  under a file, not in a read-only place (:func:`existing_ancestor` is where it would be made).
 """
 
 from __future__ import annotations
@@ -132,6 +134,25 @@ def check_file_path(value: Any, what: str) -> Path:
     if why:
         raise ValueError(f"{what}: {_shown(s)} does not name a file ({why})")
     return Path(s)
+
+
+def existing_ancestor(path: str | Path) -> Path:
+    """``path`` (absolute) or its nearest ancestor that exists: where ``mkdir -p path`` would start."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def check_creatable(directory: str | Path, what: str) -> None:
+    """A directory a command will create must not sit under a file or in a read-only place;
+    ``ValueError`` naming ``what`` (the setting) otherwise."""
+    p = Path(directory).absolute()
+    ancestor = existing_ancestor(p)
+    if not ancestor.is_dir():
+        raise ValueError(f"{what}: cannot create {p}: {ancestor} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}: cannot create {p}: {ancestor} is not writable")
 
 
 def check_hydra_names(cfg: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cbm.config import ConfigError
-from cbm.config.safe_paths import check_hydra_names
+from cbm.config.safe_paths import check_creatable, check_hydra_names
 from cbm.experiments import runlock
 from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, dry_run, fail, hydra_run_dir, one_line
 from cbm.experiments.overrides import quote_items, split_argv, with_search_path
@@ -136,18 +136,6 @@ def compose_plain(config_name: str, overrides: list[str]) -> DictConfig:
         cfg.hydra.runtime.cwd = os.getcwd()
     HydraConfig.instance().set_config(cfg)
     return cfg
-
-
-def check_creatable(directory: str, what: str) -> None:
-    """A directory Hydra will create must not sit under a file or in a read-only place."""
-    p = Path(directory).absolute()
-    ancestor = p
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ConfigError(f"{what}: cannot create {p}: {ancestor} is a file, not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what}: cannot create {p}: {ancestor} is not writable")
 
 
 def precheck(config_name: str, overrides: list[str], validate: Callable[[DictConfig], Any],

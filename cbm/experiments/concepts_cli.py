@@ -137,7 +137,8 @@ def report(result: ExtractionResult) -> str:
 def run(argv: list[str]) -> None:
     from hydra.errors import HydraException
 
-    from cbm.experiments.cli import check_creatable, explain, group_options
+    from cbm.config.safe_paths import check_creatable
+    from cbm.experiments.cli import explain, group_options
     from cbm.vlm.client import ChatClient
     from cbm.vlm.config import ClientConfig
     from cbm.vlm.reply import ChatError

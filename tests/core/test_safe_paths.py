@@ -190,6 +190,22 @@ def test_run_and_sweep_directories_go_anywhere_but_have_no_control_characters():
             check_hydra_names(OmegaConf.create({"hydra": {key: {"dir": "out/a\nb"}}}))
 
 
+def test_check_creatable_names_the_file_in_the_way_or_the_read_only_folder(tmp_path):
+    from cbm.config.safe_paths import check_creatable, existing_ancestor
+
+    (tmp_path / "a_file").write_text("x")
+    assert existing_ancestor(tmp_path / "new" / "deeper") == tmp_path
+    assert existing_ancestor(tmp_path / "a_file" / "run") == tmp_path / "a_file"
+    check_creatable(tmp_path / "new" / "deeper", "out")
+    with pytest.raises(ValueError, match=f"^out: cannot create {tmp_path}/a_file/run: {tmp_path}/a_file is a file, not a directory$"):
+        check_creatable(tmp_path / "a_file" / "run", "out")
+    (tmp_path / "ro").mkdir(mode=0o555)
+    if os.access(tmp_path / "ro", os.W_OK):  # root writes anywhere
+        return
+    with pytest.raises(ValueError, match=f"^out: cannot create {tmp_path}/ro/run: {tmp_path}/ro is not writable$"):
+        check_creatable(tmp_path / "ro" / "run", "out")
+
+
 @pytest.mark.parametrize("key, raw, ok", [
     ("sweep.subdir", "${hydra.job.num}", True),  # Hydra's default
     ("sweep.subdir", "x_${hydra.job.num}/y", True),

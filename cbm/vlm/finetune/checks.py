@@ -65,13 +65,10 @@ def check_device_available(device: str, quant: str) -> None:
 
 
 def check_creatable(directory: str, where: str) -> None:
-    """A directory the run will create must not sit under a file."""
-    p = Path(directory).expanduser().absolute()
-    ancestor = p
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise ValueError(f"{where}: cannot create {p}: a file is in the way ({ancestor})")
+    """A directory the run will create must not sit under a file or in a read-only place."""
+    from cbm.config.safe_paths import check_creatable as check
+
+    check(Path(directory).expanduser(), where)
 
 
 def edct_source(source: dict[str, Any]) -> dict[str, Any]:
