@@ -4,7 +4,9 @@ Before Hydra creates a run directory and before torch is imported, every config 
 asks for is composed and validated by the app's typed schema (a multirun: each swept value once),
 so a typo costs about a second, prints one line (``prog: error: ...``, exit 2) and leaves no file.
 ``--help`` lists the config groups, their options and the top-level settings. Hydra's own flags
-(``--cfg job``, ``--info``, ``--hydra-help`` ...) go straight to Hydra.
+(``--cfg job``, ``--info``, ``--hydra-help``, ``-cn`` ...) go straight to Hydra; so do the cells of
+``cbm-experiment`` (``CBM_NO_PRECHECK``, validated by their parent). Either way a run directory a
+live command holds is refused before Hydra writes into it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -169,6 +172,59 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
         GlobalHydra.instance().clear()
 
 
+#: Hydra's flags that answer without running the job (nothing is written into a run directory).
+NO_JOB_FLAGS = ("help", "hydra_help", "cfg", "info", "shell_completion")
+
+
+def _no_usage(message: str) -> None:
+    raise ValueError(message)
+
+
+def job_run_dir(config_name: str, argv: list[str]) -> str | None:
+    """The run directory Hydra's job will write into for ``argv`` (Hydra's flags included);
+    ``None`` for a multirun, a command Hydra answers without a job (``--cfg``, ``--info`` ...) or
+    one it cannot compose (Hydra itself then says why, before it writes anything)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if "--version" in argv:
+        return None
+    parser = get_args_parser()
+    parser.error = _no_usage  # type: ignore[method-assign]  # Hydra prints its own refusal
+    try:
+        args = parser.parse_args(argv)
+    except ValueError:  # a bad flag: Hydra refuses it before any job
+        return None
+    if args.multirun or args.experimental_rerun or any(getattr(args, f, None) for f in NO_JOB_FLAGS):
+        return None
+    given = [o for o in args.overrides if o.partition("=")[0].lstrip("+") == "hydra.run.dir"]
+    try:  # a literal hydra.run.dir (every cell's): no need to compose the config
+        literal = OverridesParser.create().parse_overrides(given[-1:])[0].value() if given else None
+    except Exception:
+        literal = None
+    if isinstance(literal, str) and "${" not in literal:
+        return literal
+    try:
+        overrides = with_search_path(list(args.overrides), split_argv(argv).config_dirs)
+        with warnings.catch_warnings():  # Hydra warns itself (a --config-dir that is not there)
+            warnings.simplefilter("ignore")
+            return str(compose_plain(args.config_name or config_name, overrides).hydra.run.dir)
+    except Exception:  # Hydra's composition errors: Hydra reports them itself
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def check_not_busy(config_name: str, argv: list[str]) -> None:
+    """:class:`runlock.Busy` when a live command holds the run directory ``argv``'s job would write
+    into: run before Hydra writes ``.hydra/`` there, whatever flags or ``CBM_NO_PRECHECK`` skipped
+    the precheck. The other ranks of a multi-process run share rank zero's (:func:`runlock.check_free`)."""
+    run_dir = job_run_dir(config_name, argv)
+    if run_dir is not None:
+        runlock.check_free(run_dir, "wait for it to finish or choose another directory")
+
+
 def locked(task: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
     """``task`` holding its Hydra run directory's lock (:mod:`runlock`): two commands never write
     into one directory at once; a second is refused with one line naming the first."""
@@ -232,11 +288,13 @@ def hydra_app(
             return
         cmd = split_argv(argv)
         checked = not cmd.other_flags and not os.environ.get("CBM_NO_PRECHECK")
-        if checked:
-            try:
+        try:
+            if checked:
                 precheck(config_name, cmd.overrides, validate, cmd.config_dirs, cmd.multirun)
-            except USER_ERRORS as err:
-                fail(prog, one_line(err))
+            else:  # Hydra would write .hydra/ into a directory a live command holds before locked() refuses
+                check_not_busy(config_name, argv)
+        except USER_ERRORS as err:
+            fail(prog, one_line(err))
         if checked and dry_run(prog):
             return
         import hydra

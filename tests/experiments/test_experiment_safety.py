@@ -343,6 +343,51 @@ def test_the_other_ranks_of_a_ddp_run_share_rank_zeros_lock(tmp_path, monkeypatc
         proc.wait()
 
 
+@pytest.mark.parametrize("how", ["CBM_NO_PRECHECK", "-cn"])
+def test_a_busy_run_directory_is_refused_before_hydra_writes_into_it(tmp_path, how):
+    """With the precheck skipped (a cell's CBM_NO_PRECHECK, a Hydra flag such as -cn) the running
+    command's .hydra/ files are still never overwritten: the busy directory is refused first."""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("the running command's\n")
+    env = {**os.environ, "CBM_NO_PRECHECK": "1"} if how == "CBM_NO_PRECHECK" else dict(os.environ)
+    flags = ["-cn", "train"] if how == "-cn" else []
+    proc = hold_in_child(run)
+    try:
+        res = subprocess.run([str(BIN / "cbm-train"), *flags, "data.modality=tabular", f"hydra.run.dir={run}"],
+                             capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    err = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(err) == 1, res.stderr[-2000:]
+    assert err[0].startswith(f"cbm-train: error: {run} is in use by pid {proc.pid} "), err[0]
+    assert sorted(p.name for p in run.rglob("*")) == [".hydra", runlock.LOCK_NAME, "config.yaml"]
+    assert (run / ".hydra" / "config.yaml").read_text() == "the running command's\n"
+
+
+def test_the_busy_check_before_hydra_lets_other_ranks_in(tmp_path, monkeypatch):
+    """A cell's relaunch under DDP (LOCAL_RANK=1, rank zero's hydra.run.dir) is no refusal; a
+    command Hydra answers without a job (--cfg) writes nothing and is not checked."""
+    from cbm.experiments.cli import check_not_busy
+
+    run = tmp_path / "7"
+    run.mkdir()
+    proc = hold_in_child(run)
+    try:
+        with pytest.raises(runlock.Busy, match=f"^{run} is in use by pid {proc.pid} "):
+            check_not_busy("train", [f"hydra.run.dir={run}"])
+        with pytest.raises(runlock.Busy):  # a run directory made of interpolations: composed
+            check_not_busy("train", ["seed=7", f"hydra.run.dir={tmp_path}/${{seed}}"])
+        check_not_busy("train", ["--cfg", "job", f"hydra.run.dir={run}"])
+        check_not_busy("train", ["-m", f"hydra.run.dir={run}"])
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        check_not_busy("train", [f"hydra.run.dir={run}"])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
