@@ -106,12 +106,32 @@ def hydra_run_dir() -> Path | None:
 
 def remove_if_unused(run_dir: Path | None) -> None:
     """Delete a run directory that holds nothing but Hydra's own files (``.hydra/``, job logs) and
-    a free lock: a run that failed before its work started leaves nothing behind."""
-    if run_dir is None or not run_dir.is_dir() or runlock.holder(run_dir) is not None:
+    a free lock: a run that failed before its work started leaves nothing behind. The lock is held
+    while the files go (no command can start in the directory meanwhile) and its file removed
+    last: a command that waited for it finds its lock on a removed file and is not let in."""
+    if run_dir is None or not run_dir.is_dir() or runlock.holds(run_dir) or runlock.secondary_rank():
+        return  # a secondary rank works in rank zero's directory: never its to remove
+    try:
+        runlock.acquire(run_dir, retry_s=0)
+    except (runlock.Busy, OSError):
         return  # another live command's directory (this one was refused the lock)
-    entries = list(run_dir.iterdir())
-    if all(p.name in (".hydra", runlock.LOCK_NAME) or p.suffix == ".log" for p in entries):
-        shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        entries = list(run_dir.iterdir())
+        unused = all(p.name in (".hydra", runlock.LOCK_NAME) or p.suffix == ".log" for p in entries)
+        if unused:
+            for p in entries:
+                if p.name != runlock.LOCK_NAME:
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            (run_dir / runlock.LOCK_NAME).unlink(missing_ok=True)
+    except OSError:
+        unused = False
+    finally:
+        runlock.release(run_dir)
+    if unused:
+        try:
+            run_dir.rmdir()
+        except OSError:  # something new arrived, or the lock file could not go (Windows): kept
+            return
         cwd, parent = Path.cwd().resolve(), run_dir.resolve().parent  # e.g. outputs/robot-cbm/
         while parent != cwd and cwd in parent.parents and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()  # folders Hydra made for this run alone

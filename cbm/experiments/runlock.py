@@ -147,9 +147,16 @@ def busy_line(directory: str | Path, info: dict[str, Any], advice: str) -> str:
     return f"{directory} is in use by {describe(info)}: {advice}"
 
 
-def acquire(directory: str | Path, advice: str = "wait for it to finish or choose another directory") -> None:
+def holds(directory: str | Path) -> bool:
+    """Whether this process holds ``directory``'s lock."""
+    return _key(directory) in _held
+
+
+def acquire(directory: str | Path, advice: str = "wait for it to finish or choose another directory",
+            retry_s: float = RETRY_S) -> None:  # fmt: skip
     """Hold ``directory``'s lock (re-entrant in one process); :class:`Busy` when a live process
-    holds it. The directory must exist. A secondary rank takes nothing (it works under rank zero's)."""
+    holds it (after ``retry_s``). The directory must exist. A secondary rank takes nothing (it
+    works under rank zero's)."""
     if secondary_rank():
         return
     key = _key(directory)
@@ -157,7 +164,7 @@ def acquire(directory: str | Path, advice: str = "wait for it to finish or choos
         _held[key][1] += 1
         return
     path = Path(directory) / LOCK_NAME
-    deadline = time.monotonic() + RETRY_S
+    deadline = time.monotonic() + retry_s
     for _ in range(REOPENS):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         while not _try_lock(fd):

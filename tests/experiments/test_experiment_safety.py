@@ -176,6 +176,37 @@ def test_a_lock_file_removed_while_waiting_for_it_is_taken_anew(tmp_path, monkey
     assert holder_seen_by_another_process(tmp_path) is None
 
 
+def test_a_failed_run_directory_is_removed_under_its_lock(tmp_path, monkeypatch):
+    """No command can take the lock of a directory while remove_if_unused deletes it (it holds the
+    lock until the lock file is gone); a directory in use, or with work in it, stays."""
+    from cbm.experiments import common
+
+    run = tmp_path / "outputs" / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "train.log").write_text("")
+    (run / runlock.LOCK_NAME).write_text("")
+    monkeypatch.chdir(tmp_path)
+    tried = []
+    real = common.shutil.rmtree
+
+    def rmtree(path, **kwargs):
+        code = f"from cbm.experiments import runlock\ntry:\n runlock.acquire({str(run)!r}); print('taken')\nexcept runlock.Busy: print('busy')"
+        tried.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip())
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(common.shutil, "rmtree", rmtree)
+    remove_if_unused(run)
+    assert tried == ["busy"] and not (tmp_path / "outputs").exists()  # the folder Hydra made for it too
+    (run / ".hydra").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    remove_if_unused(run)  # work in it: kept
+    assert sorted(p.name for p in run.iterdir()) == [".hydra", runlock.LOCK_NAME, "checkpoints"]
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    (run / "checkpoints").rmdir()
+    remove_if_unused(run)  # a secondary rank never removes rank zero's directory
+    assert (run / ".hydra").is_dir()
+
+
 def test_windows_unlocks_the_byte_it_locked(tmp_path, monkeypatch):
     """msvcrt.locking works at the current file position, which writing the owner info moved."""
     seen = []
