@@ -4,8 +4,9 @@ read back, each failure one line naming the field.
 Hydra passes whatever was typed (``k=abc``, ``episodes=5``); the settings dataclasses are built
 from plain dicts, so without these checks a wrong type surfaces as a ``TypeError`` deep inside a
 comparison. :func:`check_fields` checks every field of a dataclass against its annotation,
-:func:`nested` builds a nested settings dataclass from a mapping (unknown keys named), and
-:func:`conforms` checks a JSON value read back from disk against a small schema.
+:func:`in_range` a number against an interval, :func:`nested` builds a nested settings dataclass
+from a mapping (unknown keys named), and :func:`conforms` checks a JSON value read back from disk
+against a small schema.
 
 >>> conforms({"a": [1, 2], "b": None}, {"a": [int], "b": (str, None), "?c": bool})
 True
@@ -79,9 +80,27 @@ def check_fields(obj: Any, where: str = "") -> None:
     ``ValueError: <where><field>: must be <type>, got <value>``."""
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        value, tp = getattr(obj, f.name), hints[f.name]
-        if not matches(value, tp):
-            raise ValueError(f"{where}{f.name}: must be {describe(tp)}, got {type(value).__name__} {_shown(value)}")
+        check_value(getattr(obj, f.name), hints[f.name], f"{where}{f.name}")
+
+
+def check_value(value: T, tp: Any, where: str, what: str | None = None) -> T:
+    """``value`` when it is of the annotated type ``tp`` (:func:`matches`); else
+    ``ValueError: <where>: must be <what, or tp described>, got <type> <value>``."""
+    if not matches(value, tp):
+        raise ValueError(f"{where}: must be {what or describe(tp)}, got {type(value).__name__} {_shown(value)}")
+    return value
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> None:
+    """``value`` finite and inside the interval, else ``ValueError: <name>: must be in [lo, hi], got <value>``."""
+    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        interval = f"{'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
+        raise ValueError(f"{name}: must be in {interval}, got {value}")
 
 
 def nested(cls: type[T], value: Any, where: str) -> T:
@@ -123,14 +142,12 @@ def check_kwargs(fn: Any, kwargs: Mapping[str, Any], where: str, skip: tuple[str
     except Exception:  # noqa: BLE001 - annotations that do not resolve (a user's class): types unchecked
         hints = {}
     for name, value in kwargs.items():
-        tp = hints.get(name, Any)
-        if not matches(value, tp):
-            raise ValueError(f"{where}.{name}: must be {describe(tp)}, got {type(value).__name__} {_shown(value)}")
+        check_value(value, hints.get(name, Any), f"{where}.{name}")
 
 
 def conforms(value: Any, schema: Any) -> bool:
     """Whether a JSON value fits ``schema``: a type (``int`` excludes ``bool``, ``float`` takes an
-    ``int``), ``None``, ``Any``, a tuple (any of), a one-item list (a list of), or a dict of keys
+    ``int`` and excludes NaN and infinities, as :func:`matches`), ``None``, ``Any``, a tuple (any of), a one-item list (a list of), or a dict of keys
     (``"?key"``: optional; other keys of the value are allowed)."""
     if schema is Any:
         return True
@@ -152,8 +169,6 @@ def conforms(value: Any, schema: Any) -> bool:
             if not conforms(value[name], sub):
                 return False
         return True
-    if schema is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if schema is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if schema in (float, int, bool, str):
+        return matches(value, schema)
     return isinstance(value, schema)

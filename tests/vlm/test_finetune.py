@@ -193,6 +193,27 @@ def test_bad_rows_are_reported_with_line_numbers(pairs, tmp_path):
         load_rows(tmp_path / "again.jsonl", max_pixels=100)
 
 
+def test_image_checks_never_change_pils_own_limit(tmp_path):
+    """Row images are checked against the configured limit from their headers and then decoded,
+    with PIL's process-wide bomb check untouched, also when threads check bombs over PIL's own
+    limit at once (their sizes are read under a lock that always restores it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cbm.vlm.finetune.data import image_size
+
+    before = Image.MAX_IMAGE_PIXELS
+    bomb = _bomb_header(tmp_path / "bomb.png", 100_000)  # over PIL's own limit: its size still reported
+    Image.new("RGB", (16, 8)).save(tmp_path / "ok.png")
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "noise.png")
+    (tmp_path / "truncated.png").write_bytes((tmp_path / "noise.png").read_bytes()[:2000])
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda i: image_size(bomb if i % 2 else tmp_path / "ok.png", "image", 10**6), range(64)))
+    assert got[0] == (16, 8) and all("100000x100000 image has 10,000,000,000 pixels" in g for g in got[1::2])
+    assert "unreadable image" in image_size(tmp_path / "truncated.png", "image")  # the header is fine, decoding is not
+    assert image_size(tmp_path / "ok.png", "image", 100).startswith(f"image {tmp_path / 'ok.png'}: 16x8 image has 128 pixels")
+    assert Image.MAX_IMAGE_PIXELS == before
+
+
 def test_four_bit_on_the_cpu_is_one_clear_error(tiny):
     from cbm.vlm.finetune.model import load_model
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbm.vlm.config import ClientConfig
+from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 from cbm.vlm.templates import check_template
 from cbm.vlm.typed import check_fields, nested
 
@@ -26,8 +27,6 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
-#: Default largest image (pixels) read back or received from an image-edit service.
-MAX_IMAGE_PIXELS = 50_000_000
 
 
 @dataclass
@@ -119,10 +118,7 @@ class EDCTConfig:
         if self.options is not None:
             if len(self.options) < 2 or len({o.strip().lower() for o in self.options}) < len(self.options) or not all(o.strip() for o in self.options):
                 raise ValueError(f"options: at least two distinct, non-empty answer options (or null for the class names), got {self.options}")
-        from cbm.vlm.images import PIL_CEILING
-
-        if not 1 <= self.max_image_pixels <= PIL_CEILING:
-            raise ValueError(f"max_image_pixels: must lie in [1, {PIL_CEILING}] (PIL's own limit), got {self.max_image_pixels}")
+        check_pixel_limit(self.max_image_pixels)
         self._check_data()
         self._check_editor()
         if self.segmenter is not None:

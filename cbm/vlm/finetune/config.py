@@ -7,13 +7,13 @@ failure is one line naming the field.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cbm.vlm.finetune.checks import check_device_name, check_model_dir
-from cbm.vlm.typed import check_fields, nested
+from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
+from cbm.vlm.typed import check_fields, in_range, nested
 
 BUILD_KINDS = ("robot", "sudoku", "edct")
 PRECISIONS = ("32", "bf16")
@@ -21,18 +21,6 @@ QUANTS = ("none", "4bit", "8bit")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 ON_BAD = ("skip", "error")
-#: Default largest image (width x height) a row may reference: checked from the header before decoding.
-MAX_IMAGE_PIXELS = 50_000_000
-def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
-def in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> None:
-    """``value`` finite and inside the interval, else one line naming ``name``."""
-    ok = math.isfinite(value) and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
-    if not ok:
-        interval = f"{'(' if lo_open else '['}{_num(lo)}, {_num(hi)}{')' if hi_open else ']'}"
-        raise ValueError(f"{name}: must be in {interval}, got {value}")
 
 
 @dataclass
@@ -85,7 +73,7 @@ class DataSettings:
         in_range("data.eval_fraction", self.eval_fraction, 0, 1, lo_open=True, hi_open=True)
         in_range("data.n", self.n, 1, 1_000_000)
         in_range("data.cells_per_board", self.cells_per_board, 1, 81)
-        in_range("data.max_image_pixels", self.max_image_pixels, 1, 2**40)
+        check_pixel_limit(self.max_image_pixels, "data.max_image_pixels")
         for name, values, known in (("parts", self.parts, ROBOT_QUESTIONS), ("questions", self.questions, SUDOKU_QUESTIONS)):
             if not values:
                 raise ValueError(f"data.{name}: an empty list (choose from: {', '.join(known)})")

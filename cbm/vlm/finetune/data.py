@@ -8,25 +8,23 @@ row (not JSON, not an object, a missing, unknown or mistyped field, an empty ans
 split, a second row of the same pair and split, a missing or unreadable image, an image over the
 pixel limit, a mask of another size) is reported with its line number and skipped
 (``on_bad="skip"``) or rejects the file (``on_bad="error"``): it never reaches training, where it
-would crash mid-epoch. Image sizes are read from the header, so a decompression bomb is refused
-before a pixel is decoded.
+would crash mid-epoch. Image sizes are read from the header (:func:`cbm.vlm.images.load_image`), so
+a decompression bomb is refused before a pixel is decoded; an image under the limit is decoded once,
+so a truncated or corrupt one is a bad row here.
 """
 
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
-from cbm.vlm.finetune.config import MAX_IMAGE_PIXELS, ON_BAD
-from cbm.vlm.images import check_pixels
+from cbm.vlm.finetune.config import ON_BAD
+from cbm.vlm.images import MAX_IMAGE_PIXELS, ImageError, PixelLimitError, load_image
 
 SPLITS = ("original", "counterfactual")
 REQUIRED = ("image", "question", "answer", "split", "pair_id")
@@ -72,39 +70,22 @@ def _resolve(base: Path, p: str) -> Path:
     return q if q.is_absolute() else base / q
 
 
-@contextmanager
-def _own_pixel_limit() -> Iterator[None]:
-    """PIL's global bomb check off: :func:`image_size` applies the configured limit itself."""
-    old = Image.MAX_IMAGE_PIXELS
-    Image.MAX_IMAGE_PIXELS = None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            yield
-    finally:
-        Image.MAX_IMAGE_PIXELS = old
-
-
 def image_size(path: Path, what: str, max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[int, int] | str:
-    """``(width, height)`` of an image file whose structure checks out (header and chunks read,
-    pixels never decoded), or why it is unusable (one line)."""
+    """``(width, height)`` of an image file under ``max_pixels`` (checked from the header, before
+    decoding) that decodes, or why it is unusable (one line)."""
+    if not path.exists():
+        return f"{what} not found: {path}"
+    if not path.is_file():
+        return f"{what} {path} is not a file"
     try:
-        if not path.exists():
-            return f"{what} not found: {path}"
-        if not path.is_file():
-            return f"{what} {path} is not a file"
-        with _own_pixel_limit(), Image.open(path) as im:
+        with load_image(path, max_pixels, f"{what} {path}") as im:
             w, h = im.size
-            try:
-                check_pixels((w, h), max_pixels, f"{what} {path}")
-            except ValueError as err:
-                return str(err)
-            if w < 1 or h < 1:
-                return f"{what} {path} is empty ({w}x{h})"
-            im.verify()
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as err:
-        detail = str(err).strip().splitlines()[0][:120] if str(err).strip() else type(err).__name__
-        return f"unreadable {what} {path} ({detail})"
+    except PixelLimitError as err:
+        return str(err)
+    except ImageError as err:
+        return f"unreadable {what} {path} ({err.reason[:160]})"
+    if w < 1 or h < 1:
+        return f"{what} {path} is empty ({w}x{h})"
     return w, h
 
 

@@ -155,7 +155,6 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    Image.MAX_IMAGE_PIXELS = cfg.data.max_image_pixels  # PIL's own bomb check agrees with the rows' limit
     check_device_available(cfg.model.device, cfg.quant)
     progress = progress_bar_wanted(cfg.progress)
     _quiet_transformers(progress)

@@ -9,11 +9,10 @@ from typing import Any
 
 from cbm.config.safe_paths import check_component
 from cbm.vlm.config import ClientConfig
-from cbm.vlm.icl.datasets import MAX_IMAGE_PIXELS
 from cbm.vlm.icl.episodes import EpisodeGrid
 from cbm.vlm.icl.parse import CONDITION_TAGS
 from cbm.vlm.icl.stats import CORRECTIONS
-from cbm.vlm.images import PIL_CEILING
+from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 from cbm.vlm.templates import check_template
 from cbm.vlm.typed import check_fields, nested
 
@@ -109,8 +108,7 @@ class ICLConfig:
         for name, spec in self.datasets.items():
             if "kind" not in spec:
                 raise ValueError(f"datasets.{name}: needs a kind (robot, sudoku, imagefolder, torchvision)")
-        if not 1 <= self.max_image_pixels <= PIL_CEILING:
-            raise ValueError(f"max_image_pixels: must lie in [1, {PIL_CEILING}] (PIL's own limit), got {self.max_image_pixels}")
+        check_pixel_limit(self.max_image_pixels)
         if self.episodes_dir is not None and not self.episodes_dir.strip():
             raise ValueError("episodes_dir: empty (null: <output_dir>/episodes)")
         check_prompts(self.prompts, self.conditions)
