@@ -4,7 +4,6 @@ construction, so a bad value is one clear line before any request is sent."""
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -12,14 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cbm.vlm.endpoint import (
-    CREDENTIAL_HEADERS,
-    check_secret_transport,
-    effective_base_url,
-    is_loopback,
-    normalise,
-    parse_base_url,
-)
+from cbm.vlm.endpoint import CREDENTIAL_HEADERS, check_endpoint, effective_base_url, parse_base_url
+from cbm.vlm.typed import check_fields
 
 BACKENDS = ("openai", "local")
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
@@ -39,8 +32,8 @@ class ClientConfig:
     vLLM, a local server) or ``local`` (a Hugging Face vision-language model directory,
     ``model`` being its path). The API key is read from the environment variable ``api_key_env``
     (never written to configs or caches) and is sent only over https, to a loopback host
-    (127.0.0.0/8, ::1, localhost), or with ``allow_insecure: true``; anything else is refused
-    with one line before any connection.
+    (127.0.0.0/8, ::1, localhost) reached without a proxy, or with ``allow_insecure: true``;
+    anything else is refused with one line before any connection.
     """
 
     backend: str = "openai"
@@ -69,7 +62,10 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if self.headers is None:  # conf/client/openai.yaml: null, so that client.headers={...} sets them
             self.headers = {}
-        self._check_types()
+        self._coerce()
+        if isinstance(self.headers, Mapping):
+            self._check_headers()  # before the types: names the header whose value is not a string
+        check_fields(self, "client.")
         if self.backend not in BACKENDS:
             raise ValueError(f"client.backend: unknown backend '{self.backend}' (choose from: {', '.join(BACKENDS)})")
         if not str(self.model).strip():
@@ -95,31 +91,21 @@ class ClientConfig:
             raise ValueError(f"client.dtype: '{self.dtype}' is not one of {', '.join(DTYPES)}")
         if not DEVICE.fullmatch(self.device):
             raise ValueError(f"client.device: '{self.device}' is not auto, cpu, mps, cuda or cuda:<index>")
-        self._check_headers()
         if self.base_url is not None:
             parse_base_url(self.base_url)
         if self.backend == "openai":
             self.check_endpoint()
 
-    def _check_types(self) -> None:
-        """Each setting of its type (a bool is not a number; numbers are finite), one line each."""
+    def _coerce(self) -> None:
+        """The small conversions YAML and the command line need: an integer where a number goes
+        (``temperature=1``), a numeric model name (``model=7``)."""
         for f in fields(self):
-            value, kind = getattr(self, f.name), TYPES[f.name]
-            if value is None and f.name in OPTIONAL:
-                continue
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-                setattr(self, f.name, value)
-            if kind is str and f.name == "model" and isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)  # a numeric model name read from YAML / the command line
-                setattr(self, f.name, value)
-            ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-            if not ok:
-                need = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a mapping"}[kind]
-                null = " or null" if f.name in OPTIONAL else ""
-                raise ValueError(f"client.{f.name}: must be {need}{null}, got {type(value).__name__} {value!r}")
-            if kind is float and not math.isfinite(value):
-                raise ValueError(f"client.{f.name}: must be a finite number, got {value}")
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                if f.name == "model":
+                    setattr(self, f.name, str(value))
+                elif f.type in ("float", float):
+                    setattr(self, f.name, float(value))
 
     def _check_headers(self) -> None:
         for name, value in self.headers.items():
@@ -139,20 +125,11 @@ class ClientConfig:
         return os.environ.get(self.api_key_env) or None
 
     def check_endpoint(self) -> str | None:
-        """The hosted endpoint's checks, before any connection: a valid URL; a key present for a
-        hosted https endpoint; no key or credential header in clear text to a non-loopback host
-        unless ``allow_insecure``. Returns the key it checked (``None``: none set); the backend
+        """The hosted endpoint's checks before any connection (:func:`cbm.vlm.endpoint.check_endpoint`):
+        a valid URL; a key present for a hosted https endpoint; no key or credential header in clear
+        text unless ``allow_insecure``. Returns the key it checked (``None``: none set); the backend
         re-runs it and sends that key, as the environment may have changed since validation."""
-        url, where = effective_base_url(self.base_url)
-        parts = parse_base_url(url, where)
-        key = self.api_key()
-        secrets = [f"the API key in ${self.api_key_env}"] if key else []
-        secrets += [f"the '{h}' header" for h in self.headers if h.lower() in CREDENTIAL_HEADERS]
-        check_secret_transport(url, secrets, self.allow_insecure, where)
-        if not key and parts.scheme.lower() == "https" and not is_loopback(parts.hostname or ""):
-            raise ValueError(f"client: the environment variable {self.api_key_env} is not set (the API key for "
-                             f"{normalise(url)}); set it, or point base_url at a local endpoint")  # fmt: skip
-        return key
+        return check_endpoint(self.base_url, self.api_key_env, self.headers, self.allow_insecure, "client")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ClientConfig:
@@ -181,12 +158,3 @@ class ClientConfig:
         out["headers"] = {k: ("***" if k.lower() in CREDENTIAL_HEADERS else v) for k, v in self.headers.items()}
         return out
 
-
-#: The type of each setting (``from __future__`` annotations are strings, so spelled out here).
-TYPES: dict[str, type] = {
-    "backend": str, "model": str, "base_url": str, "api_key_env": str, "headers": dict, "system": str,
-    "temperature": float, "max_tokens": int, "reasoning_effort": str, "seed": int, "timeout_s": float,
-    "max_retries": int, "backoff_s": float, "max_wait_s": float, "concurrency": int, "cache_dir": str,
-    "price_in_per_mtok": float, "price_out_per_mtok": float, "device": str, "dtype": str, "allow_insecure": bool,
-}  # fmt: skip
-OPTIONAL = frozenset({"base_url", "system", "reasoning_effort", "seed", "cache_dir"})

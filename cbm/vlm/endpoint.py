@@ -3,7 +3,9 @@
 A base URL is checked when the settings are read (an ``http``/``https`` URL with a host, no
 spaces or control characters, no credentials in it), so a typo is one line at start, not a
 failure at the first request (or never noticed, when a cached reply exists). The API key and
-credential headers travel only over https, to a loopback host, or with ``allow_insecure``.
+credential headers travel only over https, to a loopback host that is reached directly (not
+through a proxy named in the environment), or with ``allow_insecure``. :func:`check_endpoint` is
+that whole check for a hosted endpoint (the chat client's and the image editor's).
 :func:`normalise` gives the form that goes into the reply cache key: replies of one server are
 never served for another.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import urllib.request
+from collections.abc import Iterable
 from urllib.parse import SplitResult, urlsplit
 
 #: The SDK's endpoint when ``base_url`` is null (and ``OPENAI_BASE_URL`` unset).
@@ -58,15 +62,16 @@ def parse_base_url(url: object, where: str = "client.base_url") -> SplitResult:
     return parts
 
 
-def effective_base_url(base_url: str | None) -> tuple[str, str]:
+def effective_base_url(base_url: str | None, scope: str = "client") -> tuple[str, str]:
     """``(url, where)``: the endpoint requests go to (``base_url``, else ``$OPENAI_BASE_URL``, else
-    the SDK's default) and the setting that named it (for error messages)."""
+    the SDK's default) and the setting that named it (for error messages; ``scope``: the settings'
+    name, ``client`` or ``editor``)."""
     if base_url is not None:
-        return base_url, "client.base_url"
+        return base_url, f"{scope}.base_url"
     env = os.environ.get(BASE_URL_ENV)
     if env is not None:
-        return env, f"the environment variable {BASE_URL_ENV} (client.base_url is null)"
-    return DEFAULT_BASE_URL, "client.base_url"
+        return env, f"the environment variable {BASE_URL_ENV} ({scope}.base_url is null)"
+    return DEFAULT_BASE_URL, f"{scope}.base_url"
 
 
 def is_loopback(host: str) -> bool:
@@ -95,12 +100,115 @@ def normalise(url: str) -> str:
     return f"{scheme}://{host}{port}{p.path.rstrip('/')}{query}"
 
 
-def check_secret_transport(url: str, secrets: list[str], allow_insecure: bool, where: str = "client.base_url") -> None:
+def _no_proxy_pattern(entry: str) -> str:
+    """One ``NO_PROXY`` entry as the URL pattern httpx makes of it (``example.com`` ->
+    ``all://*example.com``: the domain and its subdomains; ``.example.com``: subdomains only)."""
+    if "://" in entry:
+        return entry
+    for kind, form in ((ipaddress.IPv4Address, "all://{}"), (ipaddress.IPv6Address, "all://[{}]")):
+        try:
+            kind(entry.split("/")[0])
+            return form.format(entry)
+        except ValueError:
+            pass
+    return f"all://{entry}" if entry.lower() == "localhost" else f"all://*{entry}"
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern in ("", "*"):
+        return True
+    if pattern.startswith("*."):
+        return len(host) > len(pattern) - 1 and host.endswith(pattern[1:])
+    if pattern.startswith("*"):
+        return host == pattern[1:] or host.endswith("." + pattern[1:])
+    return host == pattern
+
+
+def _bypassed(entries: Iterable[str], scheme: str, host: str, port: int | None) -> bool:
+    """Whether a ``NO_PROXY`` entry covers ``scheme://host:port`` (httpx's rules)."""
+    for entry in entries:
+        if entry == "*":
+            return True
+        if not entry:
+            continue
+        try:
+            pat = urlsplit(_no_proxy_pattern(entry))
+            pat_port = pat.port
+        except ValueError:  # an entry httpx could not parse either: it bypasses nothing
+            continue
+        if pat.scheme.lower() not in ("all", scheme) or not _host_matches((pat.hostname or "").lower(), host):
+            continue
+        if pat_port is None or pat_port == port:
+            return True
+    return False
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy a request to ``url`` goes through when the HTTP client reads the environment (as
+    the ``openai`` SDK's httpx client does): ``http_proxy`` / ``https_proxy`` by the URL's scheme,
+    else ``all_proxy`` (either case, as :func:`urllib.request.getproxies` reads them), unless a
+    ``no_proxy`` entry covers the host (httpx's rules: ``*``, a domain and its subdomains,
+    ``.domain``: subdomains only, an IP address, ``localhost``, an optional ``:port``). ``None``:
+    sent directly."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    port = None if port == DEFAULT_PORTS.get(scheme) else port
+    env = urllib.request.getproxies()
+    proxy = env.get(scheme) or env.get("all")
+    if not proxy or _bypassed((e.strip() for e in env.get("no", "").split(",")), scheme, host, port):
+        return None
+    return proxy
+
+
+def _proxy_shown(proxy: str) -> str:
+    """The proxy's scheme, host and port (never a ``user:password@`` it carries)."""
+    try:
+        p = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host = p.hostname or "?"
+        return f"{p.scheme}://{f'[{host}]' if ':' in host else host}{f':{p.port}' if p.port else ''}"
+    except ValueError:
+        return "(unparsable)"
+
+
+def check_secret_transport(url: str, secrets: list[str], allow_insecure: bool, where: str = "client.base_url",
+                           scope: str = "client") -> None:  # fmt: skip
     """Refuse (one line) to send ``secrets`` (what they are, e.g. "the API key in $X") in clear
-    text: plain http to a host that is not loopback, unless ``allow_insecure``."""
+    text: plain http to a host that is not loopback, or to a loopback host through a proxy the
+    environment names (the proxy reads the request, headers and all), unless ``allow_insecure``
+    (``scope``: the settings that hold it, ``client`` or ``editor``)."""
     p = urlsplit(url)
-    if not secrets or allow_insecure or p.scheme.lower() == "https" or is_loopback(p.hostname or ""):
+    if not secrets or allow_insecure or p.scheme.lower() == "https":
         return
-    raise ValueError(f"{where}: refusing to send {' and '.join(secrets)} in clear text to {normalise(url)} "
-                     "(plain http to a non-loopback host); use https, a loopback address, or set "
-                     "client.allow_insecure=true to send it anyway")  # fmt: skip
+    opt_in = f"set {scope}.allow_insecure=true to send it anyway"
+    what = " and ".join(secrets)
+    if not is_loopback(p.hostname or ""):
+        raise ValueError(f"{where}: refusing to send {what} in clear text to {normalise(url)} "
+                         f"(plain http to a non-loopback host); use https, a loopback address, or {opt_in}")  # fmt: skip
+    proxy = proxy_for(url)
+    if proxy is not None:
+        raise ValueError(f"{where}: refusing to send {what} in clear text to {normalise(url)} through the proxy "
+                         f"{_proxy_shown(proxy)} named by the environment (http_proxy / all_proxy); add the host to "
+                         f"NO_PROXY, use https, or {opt_in}")  # fmt: skip
+
+
+def check_endpoint(base_url: str | None, api_key_env: str, headers: Iterable[str] = (), allow_insecure: bool = False,
+                   scope: str = "client", purpose: str = "the API key for") -> str | None:  # fmt: skip
+    """A hosted endpoint's checks, before any connection, one line each: a valid URL (``base_url``,
+    else ``$OPENAI_BASE_URL``, else the SDK's default); a key in ``$api_key_env`` for a hosted https
+    endpoint; no key or credential header (of ``headers``' names) in clear text
+    (:func:`check_secret_transport`). Returns the key (``None``: none set, a local server). Callers
+    run it again right before building the SDK client, as the environment may have changed."""
+    url, where = effective_base_url(base_url, scope)
+    parts = parse_base_url(url, where)
+    key = os.environ.get(api_key_env) or None
+    secrets = [f"the API key in ${api_key_env}"] if key else []
+    secrets += [f"the '{h}' header" for h in headers if h.lower() in CREDENTIAL_HEADERS]
+    check_secret_transport(url, secrets, allow_insecure, where, scope)
+    if not key and parts.scheme.lower() == "https" and not is_loopback(parts.hostname or ""):
+        raise ValueError(f"{scope}: the environment variable {api_key_env} is not set ({purpose} {normalise(url)}); "
+                         f"set it, or point {scope}.base_url at a local endpoint")  # fmt: skip
+    return key

@@ -12,40 +12,22 @@ import base64
 import binascii
 import io
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, EditResult, edit_prompt
-from cbm.vlm.endpoint import (
-    check_secret_transport,
-    effective_base_url,
-    is_loopback,
-    normalise,
-    parse_base_url,
-)
-from cbm.vlm.images import load_image
+from cbm.vlm.endpoint import check_endpoint, check_secret_transport, effective_base_url
+from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit, load_image
 
 #: Default seconds to wait for one edit request (image generation is slow).
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MODEL = "gpt-image-1"
-#: Default largest image (width x height) accepted from the service; larger ones are refused undecoded.
-MAX_IMAGE_PIXELS = 50_000_000
 
 
 def endpoint_key(base_url: str | None, api_key_env: str, allow_insecure: bool, where: str = "editor") -> str | None:
-    """The API key for the image-edit endpoint, checked before any connection (one line each): a
-    valid http(s) URL; a key in ``$api_key_env`` for a hosted https endpoint; never a key in clear
-    text to a non-loopback host unless ``allow_insecure``. ``None``: no key (a local server)."""
-    url, src = effective_base_url(base_url)
-    src = src.replace("client.", f"{where}.")
-    parts = parse_base_url(url, src)
-    key = os.environ.get(api_key_env) or None
-    check_secret_transport(url, [f"the API key in ${api_key_env}"] if key else [], allow_insecure, src)
-    if not key and parts.scheme.lower() == "https" and not is_loopback(parts.hostname or ""):
-        raise ValueError(f"{where}: the environment variable {api_key_env} is not set (the API key of the image-edit endpoint "
-                         f"{normalise(url)}); set it, or point {where}.base_url at a local endpoint")  # fmt: skip
-    return key
+    """The API key for the image-edit endpoint, checked before any connection (the chat client's
+    rules, :func:`cbm.vlm.endpoint.check_endpoint`). ``None``: no key (a local server)."""
+    return check_endpoint(base_url, api_key_env, (), allow_insecure, where, "the API key of the image-edit endpoint")
 
 
 class HostedImageEditor:
@@ -85,7 +67,8 @@ class HostedImageEditor:
             if api_key is None:
                 api_key = endpoint_key(base_url, api_key_env, allow_insecure)
             else:
-                check_secret_transport(effective_base_url(base_url)[0], ["the API key"], allow_insecure, "editor.base_url")
+                url, where = effective_base_url(base_url, "editor")
+                check_secret_transport(url, ["the API key"], allow_insecure, where, "editor")
             try:
                 import openai
             except ImportError as err:  # pragma: no cover - openai is a dependency of the vlm extra
@@ -109,8 +92,7 @@ class HostedImageEditor:
         timeout, retries = settings.get("timeout", DEFAULT_TIMEOUT_S), settings.get("max_retries", 2)
         if not (math.isfinite(timeout) and timeout > 0) or not 0 <= retries <= 20:
             raise ValueError(f"{where}: timeout must be > 0 and max_retries in [0, 20], got {timeout}, {retries}")
-        if not 1 <= settings.get("max_image_pixels", MAX_IMAGE_PIXELS):
-            raise ValueError(f"{where}.max_image_pixels: must be >= 1")
+        check_pixel_limit(settings.get("max_image_pixels", MAX_IMAGE_PIXELS), f"{where}.max_image_pixels")
         endpoint_key(settings.get("base_url"), settings.get("api_key_env", "OPENAI_API_KEY"), settings.get("allow_insecure", False), where)
 
     def edit(self, item: EditItem, instruction: EditInstruction) -> EditResult:
