@@ -7,7 +7,8 @@ in ``_target_``; the class carries a typed ``Config`` dataclass and builds itsel
 ``from_config(cfg, ctx)``. Component modules import torch lazily, so a whole command line is
 validated before torch is imported. A ``_target_`` is code (as with Hydra): it is imported, then
 checked to be a component class of the expected kind before its ``Config`` or ``from_config``
-is called; a function (``os.system``) or another class is one line, never called.
+is called (:func:`cbm.config.targets.resolve`); a function (``os.system``) or another class is
+one line, never called.
 
 >>> names("policy")
 ['random', 'responsiveness', 'uncertainty']
@@ -16,7 +17,6 @@ is called; a function (``os.system``) or another class is one line, never called
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 from cbm.config.paths import CONF_DIR
 from cbm.config.safe_paths import check_component
+from cbm.config.targets import resolve
 from cbm.config.validate import ConfigError, to_dataclass
 
 KINDS = ("policy", "intervener")
@@ -79,37 +80,29 @@ def _protocol(kind: str) -> type:
     return Intervener
 
 
-def check_target(kind: str, name: str, target: str, obj: object) -> type:
-    """``obj`` (what ``_target_`` named) if it is a component class of ``kind``: a class with the
-    kind's method (``select`` / ``__call__``), a ``Config`` dataclass and a ``from_config``
-    classmethod; anything else (a function such as ``os.system``, another class) is refused
-    before it is called."""
-    what = {"policy": "select(model, state, k)", "intervener": "__call__(batch, state, mask)"}[kind]
-    need = f"a{'n' if kind == 'intervener' else ''} {kind} class with {what}, a Config dataclass and from_config"
-    if not inspect.isclass(obj):
-        raise ConfigError(f"{kind} '{name}': _target_ {target} is a {type(obj).__name__}, not {need}")
-    config_cls = inspect.getattr_static(obj, "Config", None)
-    factory = inspect.getattr_static(obj, "from_config", None)
-    ok = (issubclass(obj, _protocol(kind)) and inspect.isclass(config_cls) and dataclasses.is_dataclass(config_cls)
-          and isinstance(factory, classmethod))  # fmt: skip
-    if not ok:
-        raise ConfigError(f"{kind} '{name}': _target_ {target} is not {need}")
-    return obj
+def _is_component(cls: type) -> bool:
+    """A ``Config`` dataclass and a ``from_config`` classmethod (looked up statically)."""
+    config_cls = inspect.getattr_static(cls, "Config", None)
+    return (inspect.isclass(config_cls) and dataclasses.is_dataclass(config_cls)
+            and isinstance(inspect.getattr_static(cls, "from_config", None), classmethod))  # fmt: skip
 
 
 def component_class(kind: str, name: str, target: str | None = None) -> type:
     """The class named by the component's ``_target_`` (``package.module.Class``), imported and
-    checked to be a component of ``kind`` (:func:`check_target`) before anything calls it."""
+    checked before anything calls it (:func:`cbm.config.targets.resolve`): a class with the kind's
+    method (``select`` / ``__call__``), a ``Config`` dataclass and a ``from_config`` classmethod;
+    anything else (a function such as ``os.system``, another class) is one line."""
     _check_kind(kind)
     target = target or defaults(kind, name).get("_target_")
-    if not isinstance(target, str) or "." not in target:
+    if not isinstance(target, str):
         raise ValueError(f"{kind} '{name}': its config needs _target_: <module>.<Class>")
-    module, _, attr = target.rpartition(".")
+    what = {"policy": "select(model, state, k)", "intervener": "__call__(batch, state, mask)"}[kind]
+    need = f"a{'n' if kind == 'intervener' else ''} {kind} class with {what}, a Config dataclass and from_config"
     try:
-        obj = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError, TypeError) as err:
-        raise ValueError(f"{kind} '{name}': cannot import {target} ({type(err).__name__}: {err})") from None
-    return check_target(kind, name, target, obj)
+        return resolve(target, f"{kind} '{name}'", kinds=(_protocol(kind),), sep=".", shown=f"_target_ {target}", need=need,
+                       check=_is_component)  # fmt: skip
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def validate(kind: str, name: str, settings: Mapping[str, Any] | None = None) -> Any:

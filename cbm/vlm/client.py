@@ -10,7 +10,6 @@ a sweep. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` inte
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 import threading
@@ -20,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from cbm.config.targets import MARK_ATTR, mark
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
@@ -98,12 +98,9 @@ class ChatClient:
         reply if there is one, else the backend's, retried per the policy; raises :class:`ChatError`."""
         full = {**self.cfg.params(), **params}
         key = cache_key(self.cfg.model, messages, full, self.endpoint)
-        if self.cache is not None:
-            entry = self.cache.get(key)
-            if entry is not None:
-                reply = Reply.from_json(entry["reply"])
-                self.usage.add_reply(reply)
-                return reply
+        if self.cache is not None and (cached := self.cache.get_reply(key)) is not None:
+            self.usage.add_reply(cached)
+            return cached
         reply = self._send(messages, full)
         if self.cache is not None:
             self.cache.put(key, {"endpoint": self.endpoint, "model": self.cfg.model, "params": full, "reply": reply.to_json()})
@@ -157,8 +154,8 @@ class ChatClient:
         if scorer is None:
             raise ValueError(f"client.backend={self.cfg.backend} cannot score options (use backend=local, or generate)")
         key = cache_key(self.cfg.model, messages, {"score": list(options), "prefix": prefix}, self.endpoint)
-        if self.cache is not None and (entry := self.cache.get(key)) is not None:
-            return [float(v) for v in entry["scores"]]
+        if self.cache is not None and (cached := self.cache.get_scores(key, len(options))) is not None:
+            return cached
         with self._slots:
             scores = scorer(messages, prefix, list(options))
         if self.cache is not None:
@@ -170,25 +167,19 @@ class ChatClient:
         return self.chat(self.messages(prompt, [] if image is None else [image])).text
 
 
-#: The mark :func:`client_factory` sets: the ``llm`` intervener calls a user-named callable only if it carries it.
-FACTORY_MARK = "__cbm_client_factory__"
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def client_factory(fn: F) -> F:
-    """Mark ``fn`` (a function or class) as a client factory that a config may name
-    (``intervener.llm.client=module:name``) and that is called with the config's ``client_kwargs``.
-    A config never gets an unmarked callable called (``os:system``, ``subprocess:Popen``...)."""
-    setattr(fn, FACTORY_MARK, True)
-    return fn
-
-
-def is_client_factory(obj: Any) -> bool:
-    """A :class:`ChatClient` subclass, or a function / class marked by :func:`client_factory`
-    (looked up statically: an object's ``__getattr__`` cannot fake the mark)."""
-    if inspect.isclass(obj) and issubclass(obj, ChatClient):
-        return True
-    return (inspect.isfunction(obj) or inspect.isclass(obj)) and inspect.getattr_static(obj, FACTORY_MARK, False) is True
+F = TypeVar("F")
+#: The kind :func:`client_factory` marks (:func:`cbm.config.targets.mark`).
+FACTORY_KIND = "client_factory"
+#: The attribute :func:`client_factory` sets: the ``llm`` intervener calls a user-named callable only if it carries it.
+FACTORY_MARK = MARK_ATTR.format(FACTORY_KIND)
+#: Mark a function or class as a client factory that a config may name
+#: (``intervener.llm.client=module:name``) and that is called with the config's ``client_kwargs``.
+#: A config never gets an unmarked callable called (``os:system``, ``subprocess:Popen``...).
+client_factory: Callable[[F], F] = mark(FACTORY_KIND)
+#: What ``intervener.llm.client`` must name (in refusals).
+CLIENT_NEED = ("a client factory (cbm.vlm.client:make_client, a ChatClient subclass, or a function marked "
+               "@cbm.vlm.client.client_factory)")  # fmt: skip
+client_factory(ChatClient)  # the class itself is a factory too (built from client_kwargs as settings)
 
 
 @client_factory

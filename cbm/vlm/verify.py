@@ -28,16 +28,21 @@ the editor when it knows them (the synthetic renderers give exact masks) or from
 
 from __future__ import annotations
 
+import abc
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, TypeVar
 
 import cv2
 import numpy as np
 from skimage.metrics import structural_similarity
 
+from cbm.config.targets import MARK_ATTR, mark, resolve
 from cbm.vlm.messages import to_pil
+
+F = TypeVar("F")
 
 __all__ = [
     "AlignInfo",
@@ -184,51 +189,34 @@ class VerifyResult:
     reason: str
 
 
-@runtime_checkable
-class Segmenter(Protocol):
-    """A pluggable mask source (detector / segmenter / VLM grounding): the pixels showing ``concept``."""
+class Segmenter(abc.ABC):
+    """A pluggable mask source (detector / segmenter / VLM grounding): the pixels showing ``concept``.
+    A config's ``segmenter.target`` names a subclass (or a :func:`segmenter_factory`)."""
 
+    @abc.abstractmethod
     def mask(self, image: Any, concept: str) -> np.ndarray:  # bool [H, W]
         ...
 
 
-#: The attribute :func:`segmenter_factory` sets on a function that builds a :class:`Segmenter`.
-FACTORY_MARK = "__cbm_segmenter_factory__"
-
-
-def segmenter_factory(fn: Callable[..., Segmenter]) -> Callable[..., Segmenter]:
-    """Mark a function as a factory of :class:`Segmenter` objects, so a config may name it as a
-    ``segmenter.target`` (a plain function never is called from a config)."""
-    setattr(fn, FACTORY_MARK, True)
-    return fn
+#: The kind :func:`segmenter_factory` marks (:func:`cbm.config.targets.mark`).
+FACTORY_KIND = "segmenter_factory"
+#: The attribute :func:`segmenter_factory` sets on a function (or class) that builds a :class:`Segmenter`.
+FACTORY_MARK = MARK_ATTR.format(FACTORY_KIND)
+#: Mark a function (or class) as a factory of :class:`Segmenter` objects, so a config may name it as
+#: a ``segmenter.target`` (an unmarked function is never called from a config).
+segmenter_factory: Callable[[F], F] = mark(FACTORY_KIND)
+#: What a ``segmenter.target`` must name (in refusals).
+SEGMENTER_NEED = "a Segmenter class or a factory marked @cbm.vlm.verify.segmenter_factory"
 
 
 def resolve_segmenter(target: Any) -> Callable[..., Segmenter]:
     """The class or marked factory a ``segmenter.target`` (``"module:name"``) names, imported and
-    checked but not called: a class with a callable ``mask(image, concept)`` (the :class:`Segmenter`
-    protocol) or a function marked by :func:`segmenter_factory`. Anything else (``os:system``,
-    ``builtins:eval``, a module, an instance) is one ``ValueError`` line and is never called."""
-    import importlib
-    import inspect
-
-    module, sep, attr = str(target).partition(":")
-    if not isinstance(target, str) or not sep or not module or not attr or ":" in attr:
-        raise ValueError(f"segmenter.target: must look like 'module:Class' (a Segmenter class or a @segmenter_factory), got {target!r}")
-    try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError, TypeError) as err:
-        raise ValueError(f"segmenter.target: cannot import '{target}' ({type(err).__name__}: {err})") from None
-    if inspect.isclass(obj) and callable(getattr(obj, "mask", None)) and not getattr(obj, "_is_protocol", False):
-        return obj
-    if inspect.isfunction(obj) and getattr(obj, FACTORY_MARK, False) is True:
-        return obj
-    kind = type(obj).__name__
-    if inspect.isclass(obj):
-        kind = "protocol (name a class implementing it)" if getattr(obj, "_is_protocol", False) else "class without a mask(image, concept) method"
-    raise ValueError(f"segmenter.target: '{target}' is a {kind}, not a Segmenter class or a factory marked "
-                     "@cbm.vlm.verify.segmenter_factory; it was not called")  # fmt: skip
+    checked but not called (:func:`cbm.config.targets.resolve`): a concrete subclass of
+    :class:`Segmenter`, or a function / class marked by :func:`segmenter_factory`. Anything else
+    (``os:system``, ``builtins:eval``, a module, a class with a ``mask`` method that does not
+    derive from :class:`Segmenter`) is one ``ValueError`` line and is never called."""
+    return resolve(target, "segmenter.target", kinds=(Segmenter,), mark=FACTORY_KIND, need=SEGMENTER_NEED,
+                   check=lambda cls: not inspect.isabstract(cls))  # fmt: skip
 
 
 # --------------------------------------------------------------------------- inputs

@@ -126,7 +126,7 @@ INTERVENE_LATE = [
     (["checkpoint=FX/run", "concepts=[wings]"], "unknown concept name(s) ['wings']"),
     (["checkpoint=FX/run", "intervener=[llm]", "intervener.llm.client=os:system"], "llm.client: 'os:system'"),
     (["checkpoint=FX/run", "intervener=[llm]", "intervener.llm.client=nope_module:thing"], "llm.client: cannot import"),
-    (["checkpoint=FX/run", "intervener=[llm]", "intervener.llm.client=nospec"], "llm.client must look like"),
+    (["checkpoint=FX/run", "intervener=[llm]", "intervener.llm.client=nospec"], "llm.client: must look like"),
     (["checkpoint=FX/run", "blackbox=FX/files/bb_list.json"], "blackbox"),
     (["checkpoint=FX/run", "data.n_test=0"], "test"),
     (["checkpoint=FX/run", "data.concept_set=fine"], "concept"),

@@ -232,9 +232,9 @@ ICL_FOLDERS = [
 ]
 #: torchvision names that are not dataset classes (torch is imported: slow).
 ICL_TORCHVISION = [
-    (["+datasets.t={kind: torchvision, name: utils, root: @VLM}"], "'utils' is a module of torchvision.datasets, not a dataset class"),
+    (["+datasets.t={kind: torchvision, name: utils, root: @VLM}"], "datasets.t.name: 'utils' of torchvision.datasets is a module, not a dataset class"),
     (["+datasets.t={kind: torchvision, name: wrap_dataset_for_transforms_v2, root: @VLM}"], "'wrap_dataset_for_transforms_v2' is a function of torchvision.datasets"),
-    (["+datasets.t={kind: torchvision, name: NoSuchSet, root: @VLM}"], "torchvision has no dataset 'NoSuchSet'"),
+    (["+datasets.t={kind: torchvision, name: NoSuchSet, root: @VLM}"], "datasets.t.name: cannot import 'NoSuchSet' of torchvision.datasets"),
     (["+datasets.t={kind: torchvision, name: ImageFolder, root: @VLM/bomb}"], "10000x10000 image has 100,000,000 pixels, more than max_image_pixels=50,000,000"),
     (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files, download: true}"], "datasets.t.download: set by the study (download=False: read from disk only"),
     (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files}"], "datasets.t: MNIST at '@VLM/files' is not usable offline (Dataset not found"),
@@ -246,9 +246,9 @@ EDCT_CASES = [
     ("segmenter={target: 'subprocess:run', kwargs: {args: [touch, '@VLM/files/PWNED']}}", "segmenter.target: 'subprocess:run' is a function"),
     ("segmenter={target: 'builtins:exec', kwargs: {source: 'open(\"@VLM/files/PWNED\", \"w\")'}}", "segmenter.target: 'builtins:exec' is a builtin_function_or_method"),
     ("segmenter={target: 'os:path'}", "segmenter.target: 'os:path' is a module", SLOW),
-    ("segmenter={target: 'builtins:type'}", "segmenter.target: 'builtins:type' is a class without a mask(image, concept) method"),
-    ("segmenter={target: 'cbm.vlm.verify:Segmenter'}", "segmenter.target: 'cbm.vlm.verify:Segmenter' is a protocol", SLOW),
-    ("segmenter={target: os}", "segmenter.target: must look like 'module:Class'", SLOW),
+    ("segmenter={target: 'builtins:type'}", "segmenter.target: 'builtins:type' is a class, not a Segmenter class"),
+    ("segmenter={target: 'cbm.vlm.verify:Segmenter'}", "segmenter.target: 'cbm.vlm.verify:Segmenter' is the base class itself", SLOW),
+    ("segmenter={target: os}", "segmenter.target: must look like 'module:Name'", SLOW),
     ("segmenter={target: 'no_such_module:X'}", "segmenter.target: cannot import 'no_such_module:X' (ModuleNotFoundError", SLOW),
     ("segmenter={target: 'os:system', run: 1}", "segmenter: unknown key(s) ['run'] (target, kwargs)", SLOW),
     ("segmenter=5", "segmenter: must be a mapping or null, got int 5", SLOW),

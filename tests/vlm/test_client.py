@@ -131,6 +131,48 @@ def test_cache_hit_on_rerun_sends_no_request(httpserver, tmp_path):
     assert again.chat(again.messages("q"), temperature=0.7).text == "cached answer" and len(httpserver.log) == 2  # other params: new key
 
 
+def test_an_edited_cache_entry_is_a_miss_and_is_requested_again(httpserver, tmp_path, caplog):
+    httpserver.expect_request(PATH).respond_with_json(completion("the server's answer"))
+    first = client_for(httpserver, tmp_path)
+    first.chat(first.messages("q"))
+    (entry,) = (tmp_path / "cache").rglob("*.json")
+    saved = json.loads(entry.read_text())
+    assert isinstance(saved.get("sha256"), str) and saved["reply"]["text"] == "the server's answer"  # sealed
+    saved["reply"]["text"] = "an answer someone typed in"
+    entry.write_text(json.dumps(saved))
+    with caplog.at_level("WARNING", logger="cbm.vlm"):
+        again = client_for(httpserver, tmp_path)
+        reply = again.chat(again.messages("q"))
+        assert reply.text == "the server's answer" and not reply.cached and len(httpserver.log) == 2
+    warned = [r.getMessage() for r in caplog.records if "reply cache" in r.getMessage()]
+    assert len(warned) == 1 and "changed since it was written" in warned[0]
+    third = client_for(httpserver, tmp_path)  # the rewritten entry serves again
+    assert third.chat(third.messages("q")).cached and len(httpserver.log) == 2
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"", b"\xff\xfe", b"[1, 2]", b"{\"reply\": 5", b"null", b"{\"key\": 1, \"sha256\": 2}",
+     "resealed reply of the wrong shape", "resealed reply with a NaN latency"],
+)  # fmt: skip
+def test_a_garbage_cache_entry_is_a_miss_not_a_crash(httpserver, tmp_path, garbage):
+    from cbm.vlm.sealed import seal
+
+    httpserver.expect_request(PATH).respond_with_json(completion("fresh"))
+    first = client_for(httpserver, tmp_path)
+    first.chat(first.messages("q"))
+    (entry,) = (tmp_path / "cache").rglob("*.json")
+    body = {k: v for k, v in json.loads(entry.read_text()).items() if k != "sha256"}
+    if garbage == "resealed reply of the wrong shape":  # a digest recomputed by hand: the shape is still checked
+        garbage = json.dumps(seal({**body, "reply": {"text": ["not", "text"], "model": "m", "prompt_tokens": "many"}})).encode()
+    elif garbage == "resealed reply with a NaN latency":
+        garbage = json.dumps(seal({**body, "reply": {"text": "x", "model": "m", "latency_s": float("nan")}})).encode()
+    entry.write_bytes(garbage)
+    again = client_for(httpserver, tmp_path)
+    reply = again.chat(again.messages("q"))
+    assert reply.text == "fresh" and not reply.cached and again.cache.misses == 1 and len(httpserver.log) == 2
+
+
 def test_map_resumes_after_interruption(httpserver, tmp_path):
     broken = {"q2"}
 
@@ -194,8 +236,8 @@ def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path, monkeypa
         ({"model": "m", "headers": {"X-A": "x\r\nInjected: 1"}}, "value of 'X-A' contains control characters"),
         ({"model": "m", "headers": {"bad name": "x"}}, "'bad name' is not a valid header name"),
         ({"model": "m", "headers": ["a"]}, "client.headers: must be a mapping"),
-        ({"model": "m", "timeout_s": float("nan")}, "client.timeout_s: must be a finite number, got nan"),
-        ({"model": "m", "temperature": float("inf")}, "client.temperature: must be a finite number"),
+        ({"model": "m", "timeout_s": float("nan")}, "client.timeout_s: must be a number, got float nan"),
+        ({"model": "m", "temperature": float("inf")}, "client.temperature: must be a number, got float inf"),
         ({"model": "m", "max_tokens": 1.5}, "client.max_tokens: must be an integer, got float 1.5"),
         ({"model": "m", "concurrency": True}, "client.concurrency: must be an integer, got bool True"),
         ({"model": "m", "max_tokens": "many"}, "client.max_tokens: must be an integer, got str 'many'"),

@@ -160,6 +160,94 @@ def test_loopback_http_gets_the_key(key, httpserver):
     assert [req.headers["Authorization"] for req, _ in httpserver.log] == [f"Bearer {KEY}"] * 3
 
 
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def proxy_env(monkeypatch):
+    """Sets proxy variables (the rest cleared); returns the setter."""
+    for var in PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+    def set_env(**values):
+        for var in PROXY_VARS:
+            monkeypatch.delenv(var, raising=False)
+        for var, value in values.items():
+            monkeypatch.setenv(var, value)
+
+    return set_env
+
+
+def test_a_proxy_in_the_environment_makes_loopback_http_unsafe(key, httpserver, proxy_env, monkeypatch, no_network):
+    """With ``HTTP_PROXY`` set, the SDK's httpx client sends a plain-http request, Authorization
+    header included, in clear to the proxy: the key is refused unless the host is in NO_PROXY
+    or ``allow_insecure`` is set."""
+    from cbm.vlm.editors.hosted import HostedImageEditor
+
+    url = f"http://localhost:{httpserver.port}/v1"
+    proxy_env(HTTP_PROXY="http://user:pw@proxy.example.invalid:3128")
+    for build in (lambda: ClientConfig(**settings(base_url=url)), lambda: make_client(**settings(base_url=url))):
+        with pytest.raises(ValueError, match="^client.base_url: refusing to send the API key in") as err:
+            build()
+        msg = str(err.value)
+        assert "\n" not in msg and KEY not in msg and "through the proxy http://proxy.example.invalid:3128" in msg
+        assert "NO_PROXY" in msg and "client.allow_insecure=true" in msg and "pw" not in msg  # the proxy's password is not shown
+    with pytest.raises(ValueError, match="^editor.base_url: refusing .* through the proxy .*editor.allow_insecure=true"):
+        HostedImageEditor.check_settings({"base_url": url, "api_key_env": ENV})
+    assert ClientConfig(**settings(base_url=url, allow_insecure=True)).allow_insecure  # the explicit opt-in
+    ClientConfig(**settings(base_url=url.replace("http:", "https:")))  # https through a proxy is a tunnel: fine
+    monkeypatch.delenv(ENV)
+    ClientConfig(**settings(base_url=url))  # no secret: nothing to refuse
+    monkeypatch.setenv(ENV, KEY)
+    for env in ({"http_proxy": "proxy.example.invalid:3128"}, {"ALL_PROXY": "socks5://proxy.example.invalid:1080"},
+                {"HTTP_PROXY": "http://p.example.invalid", "NO_PROXY": "example.com,localhost:1"}):  # fmt: skip
+        proxy_env(**env)
+        with pytest.raises(ValueError, match="through the proxy"):
+            ClientConfig(**settings(base_url=url))
+    for env in ({"HTTP_PROXY": "http://p.example.invalid", "NO_PROXY": "localhost"}, {"HTTP_PROXY": "http://p.example.invalid", "no_proxy": "*"},
+                {"HTTP_PROXY": "http://p.example.invalid", "NO_PROXY": f"example.com, localhost:{httpserver.port}"},
+                {"HTTPS_PROXY": "http://p.example.invalid"}):  # fmt: skip
+        proxy_env(**env)
+        ClientConfig(**settings(base_url=url))
+    assert no_network == []
+
+
+@pytest.mark.parametrize(
+    ("url", "no_proxy", "proxied"),
+    [("http://localhost:8000/v1", "", True), ("http://localhost:8000/v1", "localhost", False),
+     ("http://127.0.0.1:8000/v1", "localhost", True), ("http://127.0.0.1:8000/v1", "127.0.0.1", False),
+     ("http://[::1]:8000/v1", "::1", False), ("http://127.0.0.1/v1", "127.0.0.1:80", True),
+     ("http://localhost:8000/v1", "localhost:8001", True), ("http://localhost:8000/v1", "http://localhost", False),
+     ("http://localhost:8000/v1", "https://localhost", True), ("http://a.example.com/v1", "example.com", False),
+     ("http://example.com/v1", ".example.com", True), ("http://a.example.com/v1", ".example.com", False),
+     ("http://badexample.com/v1", "example.com", True), ("http://localhost/v1", " *", False)],
+)  # fmt: skip
+def test_the_proxy_rules_are_httpx_s(proxy_env, url, no_proxy, proxied):
+    """:func:`proxy_for` against httpx's own choice for the same environment."""
+    from cbm.vlm.endpoint import proxy_for
+
+    proxy_env(HTTP_PROXY="http://p.example.invalid:3128", NO_PROXY=no_proxy)
+    assert (proxy_for(url) is not None) is proxied
+    mounts = httpx2.Client(trust_env=True)._mounts  # pattern -> transport (None: direct), most specific first
+    chosen = next((t for pattern, t in mounts.items() if pattern.matches(httpx2.URL(url))), None)
+    assert (chosen is not None) is proxied
+
+
+def test_the_sdk_really_goes_through_the_proxy_httpx_reads(key, httpserver, proxy_env):
+    """What the check guards against: an allowed-insecure request to a loopback server goes to the
+    proxy (here a closed port: a transport error), and directly once NO_PROXY names the host."""
+    httpserver.expect_request(PATH).respond_with_json(completion("direct"))
+    url = f"http://localhost:{httpserver.port}/v1"
+    proxy_env(HTTP_PROXY="http://127.0.0.1:9")
+    c = make_client(**settings(base_url=url, allow_insecure=True))
+    with pytest.raises(ChatError) as err:
+        c.chat(c.messages("q"))
+    assert err.value.kind == "transport" and len(httpserver.log) == 0
+    proxy_env(HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="localhost")
+    c = make_client(**settings(base_url=url))
+    assert c.chat(c.messages("q")).text == "direct" and httpserver.log[0][0].headers["Authorization"] == f"Bearer {KEY}"
+
+
 def test_https_gets_the_key(key, no_network):
     seen: list = []
     c = ChatClient(ClientConfig(**settings(base_url="https://api.example.invalid/v1")), http_client=recording_transport(seen))
@@ -296,9 +384,9 @@ def test_a_plain_function_is_never_called_as_a_client(monkeypatch, tmp_path):
     for spec, kwargs in [("os:system", {"command": f"touch {tmp_path}/PWNED"}), ("builtins:eval", {"source": "1"}),
                          ("subprocess:run", {"args": ["true"]}), ("subprocess:Popen", {"args": ["true"]}),
                          ("shutil:rmtree", {"path": str(tmp_path)}), ("cbm.vlm.config:ClientConfig", {"model": "m"})]:  # fmt: skip
-        with pytest.raises(ValueError, match=f"llm.client: '{spec}' is not a client factory, so it is not called") as err:
+        with pytest.raises(ValueError, match=f"^llm.client: '{spec}' is a \\w+, not a client factory") as err:
             load_client(spec, kwargs)
-        assert "\n" not in str(err.value)
+        assert "\n" not in str(err.value) and str(err.value).endswith("; it was not called")
     assert calls == [] and not (tmp_path / "PWNED").exists() and tmp_path.exists()
 
 
@@ -349,8 +437,8 @@ def test_only_marked_factories_and_chat_clients_are_called(tmp_path, monkeypatch
     built = load_client("my_clients:MyClient", {"model": "m", "base_url": "http://127.0.0.1:9/v1", "cache_dir": None})
     assert type(built).__name__ == "MyClient" and built.cfg.base_url == "http://127.0.0.1:9/v1"
     assert isinstance(load_client("cbm.vlm.client:make_client", {"model": "m", "base_url": "http://127.0.0.1:9/v1"}), ChatClient)
-    for spec in ("my_clients:unmarked", "my_clients:Echo", "my_clients:liar"):
-        with pytest.raises(ValueError, match="is not a client factory"):
+    for spec in ("my_clients:unmarked", "my_clients:Echo", "my_clients:liar", "my_clients:Liar"):
+        with pytest.raises(ValueError, match="not a client factory"):
             load_client(spec, {})
     with pytest.raises(ValueError, match=r"llm.client_kwargs: client: unknown setting\(s\) \['command'\]"):
         load_client("my_clients:MyClient", {"command": "x"})
@@ -361,7 +449,7 @@ def test_the_llm_intervener_config_checks_its_client_before_any_model_loads(key)
     from cbm.config.validate import ConfigError
     from cbm.interventions import registry
 
-    with pytest.raises(ConfigError, match="intervener.llm: llm.client: 'os:system' is not a client factory"):
+    with pytest.raises(ConfigError, match="intervener.llm: llm.client: 'os:system' is a builtin_function_or_method, not a client factory"):
         registry.validate("intervener", "llm", {"client": "os:system", "client_kwargs": {"command": "true"}})
     with pytest.raises(ConfigError, match="llm.client_kwargs: client.base_url: refusing to send the API key"):
         registry.validate("intervener", "llm", {"client": "cbm.vlm.client:make_client",

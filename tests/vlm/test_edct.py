@@ -270,7 +270,10 @@ def test_bad_config_is_one_line(tmp_path, httpserver, over, match):
 SEGMENTER = '''
 import numpy as np
 
-class Square:
+from cbm.vlm.verify import Segmenter
+
+
+class Square(Segmenter):
     """Test segmenter: every concept lives in the square the scripted image editor paints."""
     def __init__(self, y0, x0, size):
         self.box = (y0, x0, size)

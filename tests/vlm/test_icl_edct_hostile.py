@@ -27,6 +27,9 @@ from cbm.vlm.icl.datasets import ICLDataset
 from cbm.vlm.icl.episodes import EpisodeGrid, load_episodes, make_episodes, save_episodes
 from cbm.vlm.sealed import seal, unseal
 
+#: PIL's own decompression-bomb limit as this process found it (nothing here may change it).
+PIL_DEFAULT = Image.MAX_IMAGE_PIXELS
+
 CONF = Path(__file__).resolve().parents[2] / "cbm" / "conf"
 NAMES = [f"class{i}" for i in range(4)]
 LABELS = np.repeat(np.arange(4), 6)  # 4 classes x 6 items
@@ -189,6 +192,107 @@ def test_tampered_trial_records_are_redone_from_the_reply_cache(tmp_path, httpse
     assert sum("the trial is redone" in r.getMessage() for r in caplog.records) == 6  # the forged one was rebuilt silently
 
 
+def icl_model_handler(req):
+    """Like :func:`icl_handler`, but the model named ``other`` answers ``2``: a reused old reply shows."""
+    body = json.loads(req.data)
+    if "You are grading" in body["messages"][-1]["content"][-1]["text"]:
+        return icl_handler(req)
+    return completion(f"<response>{2 if body['model'] == 'other' else 1}</response><features>- round head</features>")
+
+
+def sent_since(server, n: int) -> tuple[int, int]:
+    """(answer requests, judge requests) the server got after its ``n``-th request."""
+    texts = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in server.log[n:]]
+    return sum("You are grading" not in t for t in texts), sum("You are grading" in t for t in texts)
+
+
+def with_vlm(cfg, **settings):
+    from dataclasses import replace
+
+    return replace(cfg, models={"vlm": {**cfg.models["vlm"], **settings}})
+
+
+ANSWER_CHANGES = [  # (name, change of the config, the part the log line names)
+    ("model", lambda cfg, server: with_vlm(cfg, model="other"), "models.vlm settings (endpoint, model or sampling)"),
+    ("base_url", lambda cfg, server: with_vlm(cfg, base_url=server.url_for("/v2")), "models.vlm settings"),
+    ("temperature", lambda cfg, server: with_vlm(cfg, temperature=0.5), "models.vlm settings"),
+    ("prompt", lambda cfg, server: _prompts(cfg, query=cfg.prompts["query"] + " Be brief."), "prompts"),
+]
+
+
+def _prompts(cfg, **templates):
+    from dataclasses import replace
+
+    return replace(cfg, prompts={**cfg.prompts, **templates})
+
+
+@pytest.mark.parametrize("name, change, part", ANSWER_CHANGES, ids=[c[0] for c in ANSWER_CHANGES])
+def test_records_of_another_model_endpoint_or_prompt_are_redone(tmp_path, httpserver, caplog, name, change, part):
+    """A rerun into the same output_dir with another model, endpoint, sampling or prompt asks every
+    trial again (nothing old is reused), with one log line saying why."""
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request(re.compile(r"/v[12]/chat/completions")).respond_with_handler(icl_model_handler)
+    cfg = icl_cfg(tmp_path, httpserver)
+    first = run(cfg)
+    sent = len(httpserver.log)
+    caplog.clear()
+    again = run(change(cfg, httpserver))
+    assert sent_since(httpserver, sent)[0] == 10  # every trial asked again
+    assert all(a["made_by"] != b["made_by"] for a, b in zip(first["records"], again["records"]))
+    if name == "model":
+        assert {r["reply"][:22] for r in again["records"]} == {"<response>2</response>"}  # the new model's answers
+    lines = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
+    assert len(lines) == 1 and lines[0].startswith("icl: 10 trial record(s) made with other ") and part in lines[0]
+    assert lines[0].endswith(")") and ": redone (e.g. " in lines[0]
+    sent = len(httpserver.log)
+    run(change(cfg, httpserver))  # the new records are this config's: resumed, not redone
+    assert len(httpserver.log) == sent
+
+
+def test_a_changed_judge_redoes_only_the_judge(tmp_path, httpserver, caplog):
+    """Another rubric, then another judge model: the answers are kept, only the verdicts are asked again."""
+    from dataclasses import replace
+
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(icl_model_handler)
+    cfg = icl_cfg(tmp_path, httpserver)
+    first = run(cfg)
+    strict = _prompts(cfg, rubric="Be strict.")
+    for change, part in ((strict, "judge prompt, rubric or options"), (replace(strict, judge={**cfg.judge, "model": "judge2"}), "judge settings")):
+        sent = len(httpserver.log)
+        caplog.clear()
+        again = run(change)
+        assert sent_since(httpserver, sent) == (0, 10)  # the answers are kept, every verdict asked again
+        assert [r["reply"] for r in again["records"]] == [r["reply"] for r in first["records"]]
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
+        assert line.startswith(f"icl: 10 trial record(s) whose judge was made with other {part}") and ": judge redone (e.g. " in line
+
+
+def test_records_of_an_older_version_are_redone_with_their_own_message(tmp_path, httpserver, caplog):
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(icl_handler)
+    first = run(icl_cfg(tmp_path, httpserver))
+    paths = sorted((tmp_path / "run" / "records").rglob("*.json"))
+    original = {p: p.read_text() for p in paths}
+    body = lambda p: unseal(json.loads(original[p]))  # noqa: E731
+    for p in paths[:3]:  # written before digests existed
+        p.write_text(json.dumps(body(p)))
+    for p in paths[3:5]:  # written before records said what made them
+        p.write_text(json.dumps(seal({k: v for k, v in body(p).items() if k != "made_by"})))
+    sent = len(httpserver.log)
+    caplog.clear()
+    again = run(icl_cfg(tmp_path, httpserver))
+    assert len(httpserver.log) == sent and again["records"] == first["records"]  # redone from the reply cache
+    assert {p: p.read_text() for p in paths} == original
+    lines = sorted(r.getMessage() for r in caplog.records if r.name == "cbm.vlm")
+    assert [re.sub(r" \(e\.g\. .*\)$", "", m) for m in lines] == [
+        "icl: 2 trial record(s) written by an older version (no settings fingerprint): redone",
+        "icl: 3 trial record(s) written by an older version (no digest): redone"]
+
+
 # ------------------------------------------------------------------ EDCT item records
 EDCT_DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": 12, "image_size": 32}
 
@@ -251,7 +355,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cbm.vlm.verify import segmenter_factory
+from cbm.vlm.verify import Segmenter, segmenter_factory
 
 
 def write_marker(path, **kwargs):
@@ -259,7 +363,7 @@ def write_marker(path, **kwargs):
     Path(path).write_text("ran")
 
 
-class Square:
+class Square(Segmenter):
     def __init__(self, size=4):
         self.size = size
 
@@ -278,12 +382,21 @@ class NoMask:
     pass
 
 
-class Boom:
+class Duck:
+    """A mask method, but not a Segmenter: a class of another kind is never built."""
+    def __init__(self, path, **kwargs):
+        Path(path).write_text("ran")
+
+    def mask(self, image, concept):
+        return np.ones((image.height, image.width), bool)
+
+
+class Boom(Segmenter):
     def mask(self, image, concept):
         raise RuntimeError("boom")
 
 
-class WrongShape:
+class WrongShape(Segmenter):
     def mask(self, image, concept):
         return np.zeros((3, 3), bool)
 '''
@@ -300,8 +413,8 @@ def targets(tmp_path, monkeypatch):
     "target, kind",
     [("hostile_targets:write_marker", "is a function"), ("os:system", "is a builtin_function_or_method"),
      ("builtins:eval", "is a builtin_function_or_method"), ("subprocess:run", "is a function"), ("os:path", "is a module"),
-     ("hostile_targets:NoMask", "is a class without a mask(image, concept) method"),
-     ("cbm.vlm.verify:Segmenter", "is a protocol"), ("builtins:print", "is a builtin_function_or_method")],
+     ("hostile_targets:NoMask", "is a class, not"), ("hostile_targets:Duck", "is a class, not"),
+     ("cbm.vlm.verify:Segmenter", "is the base class itself"), ("builtins:print", "is a builtin_function_or_method")],
 )  # fmt: skip
 def test_a_plain_function_target_is_refused_uncalled(targets, tmp_path, httpserver, target, kind):
     from cbm.vlm.edct.pipeline import load_segmenter
@@ -366,7 +479,8 @@ def test_a_torchvision_name_that_is_not_a_dataset_class_is_never_called(tmp_path
 
     marker = tmp_path / "MARKER"
     monkeypatch.setattr(tvd, "hostile", lambda root, **kw: marker.write_text("ran"), raising=False)
-    for name, kind in (("hostile", "is a function"), ("utils", "is a module"), ("_bad", "has no dataset")):
+    for name, kind in (("hostile", "is a function"), ("utils", "is a module"), ("_bad", "must be the name of"),
+                       ("NoSuch", "cannot import")):
         with pytest.raises(ValueError, match=kind) as err:
             make_dataset("t", {"kind": "torchvision", "name": name, "root": str(tmp_path)})
         assert "\n" not in str(err.value)
@@ -405,8 +519,10 @@ def test_images_are_checked_before_decoding(tmp_path):
     bomb = png_header_only(10_000, 10_000)  # under PIL's own limit: ours refuses it
     with pytest.raises(ValueError, match=r"^x: 10000x10000 image has 100,000,000 pixels, more than max_image_pixels=1,000 \(refused undecoded\)$"):
         load_image(bomb, 1000, "x")
+    with pytest.raises(ValueError, match=r"^x: 100000x100000 image has 10,000,000,000 pixels, more than max_image_pixels=100,000,000"):
+        load_image(png_header_only(100_000, 100_000), 10**8, "x")  # over PIL's own limit too: still its size, never decoded
     with pytest.raises(ValueError, match="image larger than PIL's limit"):
-        load_image(png_header_only(100_000, 100_000), 10**8, "x")
+        load_image(png_header_only(100_000, 100_000), 10**11, "x")  # a limit over PIL's (Python callers): PIL's refusal stands
     buf = io.BytesIO()
     Image.new("RGB", (40, 40), (9, 9, 9)).save(buf, format="PNG")
     assert load_image(buf.getvalue(), 1600, "x").size == (40, 40)
@@ -415,8 +531,9 @@ def test_images_are_checked_before_decoding(tmp_path):
     with pytest.raises(ValueError, match="x: cannot read the image"):
         load_image(b"not an image", 1600, "x")
     (tmp_path / "d.png").mkdir()
-    with pytest.raises(ValueError, match="not a readable image"):
+    with pytest.raises(ValueError, match="x: cannot read the image"):
         check_image_file(tmp_path / "d.png", 1600, "x")
+    assert Image.MAX_IMAGE_PIXELS == PIL_DEFAULT  # PIL's own bomb check was never changed
 
 
 def test_a_hosted_edit_that_returns_a_bomb_is_refused_undecoded(httpserver):

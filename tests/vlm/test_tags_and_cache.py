@@ -61,3 +61,23 @@ def test_reply_cache_hits_misses_and_corrupt_entries(tmp_path):
     assert cache.get(key) is None
     cache.put(key, {"text": "again"})
     assert cache.get(key)["text"] == "again"
+
+
+def test_reply_cache_entries_are_sealed_and_shape_checked(tmp_path, caplog):
+    from cbm.vlm.sealed import seal
+
+    cache = ReplyCache(tmp_path / "replies")
+    key = cache_key("m", [{"role": "user", "content": "q"}], {"score": ["a", "b"]})
+    path = cache.put(key, {"scores": [-0.5, -2.0]})
+    assert cache.get_scores(key, 2) == [-0.5, -2.0] and cache.get_scores(key, 3) is None  # 3 options: not this entry
+    body = {k: v for k, v in json.loads(path.read_text()).items() if k != "sha256"}
+    for scores in ([-0.5, float("inf")], [True, False], ["-0.5", "-2"], {"a": 1}, None):
+        path.write_text(json.dumps(seal({**body, "scores": scores})))  # resealed by hand: the shape still counts
+        assert cache.get_scores(key, 2) is None
+    path.write_text(json.dumps({**body, "scores": [-9.0, -9.0]}))  # unsealed (an edit, or an older version): a miss
+    with caplog.at_level("WARNING", logger="cbm.vlm"):
+        assert cache.get_scores(key, 2) is None and cache.get(key) is None and cache.get_reply(key) is None
+    assert sum("reply cache: ignoring entry" in r.getMessage() for r in caplog.records) == 1  # once per entry
+    path.write_text(json.dumps(seal({**body, "reply": {"text": "yes", "model": "m", "prompt_tokens": 3}})))
+    assert cache.get_reply(key).text == "yes" and cache.get_reply(key).cached
+

@@ -296,7 +296,7 @@ def test_retry_gives_up_after_one_retry(edit):
 def test_first_success_needs_no_retry_and_segmenter_masks(edit):
     before, after, mask = edit
 
-    class DiscSegmenter:
+    class DiscSegmenter(Segmenter):
         """Finds the magenta disc (where it is, in either image)."""
 
         def __init__(self) -> None:

@@ -4,7 +4,6 @@ with one clear line or fall back to the model's own probability, counting and lo
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -204,24 +203,15 @@ class LLMIntervener:
 
 
 def resolve_client(spec: str) -> Any:
-    """The client factory ``spec`` (``module:name``) names: imported and checked, never called.
-
-    Only a :class:`cbm.vlm.client.ChatClient` subclass or a function / class marked with
-    :func:`cbm.vlm.client.client_factory` is accepted: a config must not get an arbitrary callable
+    """The client factory ``spec`` (``module:name``) names: imported and checked, never called
+    (:func:`cbm.config.targets.resolve`). Only a :class:`cbm.vlm.client.ChatClient` subclass or a
+    function / class marked with :func:`cbm.vlm.client.client_factory` is accepted (the mark read
+    statically: ``__getattr__`` cannot fake it): a config must not get an arbitrary callable
     (``os:system``, ``subprocess:Popen``) called with its ``client_kwargs``."""
-    from cbm.vlm.client import is_client_factory
+    from cbm.config.targets import resolve
+    from cbm.vlm.client import CLIENT_NEED, FACTORY_KIND, ChatClient
 
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise ValueError(f"llm.client must look like 'module:callable', got '{spec}'")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError, TypeError) as err:
-        raise ValueError(f"llm.client: cannot import '{spec}' ({type(err).__name__}: {err})") from None
-    if not is_client_factory(factory):
-        raise ValueError(f"llm.client: '{spec}' is not a client factory, so it is not called (use cbm.vlm.client:make_client, "
-                         "a ChatClient subclass, or a function marked with @cbm.vlm.client.client_factory)")  # fmt: skip
-    return factory
+    return resolve(spec, "llm.client", kinds=(ChatClient,), mark=FACTORY_KIND, need=CLIENT_NEED)
 
 
 def _takes_client_settings(factory: Any) -> bool:

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from cbm.vlm.images import MAX_IMAGE_PIXELS
+from cbm.vlm.typed import check_value
+
 SUDOKU_CLASSES = ("valid", "two columns broken", "two rows broken", "boxes broken")
 DATASET_KINDS = ("robot", "sudoku", "imagefolder", "torchvision")
-#: Default largest image (width x height) read from disk; larger files are refused before they are
-#: decoded (a decompression bomb is a few KB of PNG that decodes to gigabytes).
-MAX_IMAGE_PIXELS = 50_000_000
 #: Most boards per class of the built-in Sudoku dataset.
 MAX_SUDOKU_PER_CLASS = 5000
 #: The image files an image folder lists (torchvision's ImageFolder extensions).
@@ -71,12 +71,10 @@ def make_dataset(name: str, spec: dict[str, Any], cache_dir: str | None = None, 
     raise ValueError(f"datasets.{name}.kind: unknown kind '{kind}' (choose from: {', '.join(DATASET_KINDS)})")
 
 
-def _need(name: str, spec: dict[str, Any], key: str, kind: type | tuple[type, ...], what: str, default: Any = None) -> Any:
-    """``spec[key]`` (or ``default``) when of type ``kind`` (a bool is not an int); else one line."""
-    value = spec.pop(key, default)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise ValueError(f"datasets.{name}.{key}: must be {what}, got {type(value).__name__} {repr(value)[:60]}")
-    return value
+def _need(name: str, spec: dict[str, Any], key: str, tp: type, what: str | None = None, default: Any = None) -> Any:
+    """``spec[key]`` (or ``default``), removed from ``spec``, when of type ``tp``
+    (:func:`cbm.vlm.typed.check_value`: a bool is not an int); else one line."""
+    return check_value(spec.pop(key, default), tp, f"datasets.{name}.{key}", what)
 
 
 def _robot(name: str, spec: dict[str, Any], cache_dir: str | None) -> ICLDataset:
@@ -85,8 +83,8 @@ def _robot(name: str, spec: dict[str, Any], cache_dir: str | None) -> ICLDataset
     from synthetic.robot.attributes import FOOT_SUBTYPES, HAND_SUBTYPES, META_INDEX, PALETTE_NAMES
     from synthetic.robot.generator import CLASS_NAMES
 
-    class_by = _need(name, spec, "class_by", str, "a string", "hand_subtype")
-    split = _need(name, spec, "split", str, "a string", "test")
+    class_by = _need(name, spec, "class_by", str, default="hand_subtype")
+    split = _need(name, spec, "split", str, default="test")
     data_spec = {**_need(name, spec, "data", dict, "a mapping of robot data settings", {}), "name": "robot"}
     if spec:
         raise ValueError(f"datasets.{name}: unknown keys {sorted(spec)} (kind, class_by, split, data)")
@@ -145,8 +143,8 @@ def _sudoku(name: str, spec: dict[str, Any]) -> ICLDataset:
     from synthetic.sudoku.config import SudokuConfig
     from synthetic.sudoku.render import render_boards
 
-    per_class = _need(name, spec, "per_class", int, "an integer", 40)
-    seed = _need(name, spec, "seed", int, "an integer", 0)
+    per_class = _need(name, spec, "per_class", int, default=40)
+    seed = _need(name, spec, "seed", int, default=0)
     if not 1 <= per_class <= MAX_SUDOKU_PER_CLASS:
         raise ValueError(f"datasets.{name}.per_class: must lie in [1, {MAX_SUDOKU_PER_CLASS}], got {per_class}")
     if not 0 <= seed < 2**32:
@@ -197,20 +195,19 @@ def _imagefolder(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
 
 def _torchvision(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset:
     """A dataset class of ``torchvision.datasets`` (``name``) on disk at ``root``, never downloaded.
-    ``name`` must be a class deriving from ``torch.utils.data.Dataset``: nothing else of the
-    module (functions, submodules) is ever called with the user's keyword arguments."""
+    ``name`` must be a class deriving from ``torch.utils.data.Dataset``
+    (:func:`cbm.config.targets.resolve`): nothing else of the module (functions, submodules) is
+    ever called with the user's keyword arguments."""
     import inspect
 
     import torch.utils.data
-    import torchvision.datasets as tvd
+
+    from cbm.config.targets import resolve
 
     cls_name = _need(name, spec, "name", str, "a torchvision dataset class name (e.g. MNIST, CIFAR10)")
     root = _need(name, spec, "root", str, "a directory")
-    factory = None if cls_name.startswith("_") else getattr(tvd, cls_name, None)
-    if not (inspect.isclass(factory) and issubclass(factory, torch.utils.data.Dataset)):
-        what = f"torchvision has no dataset '{cls_name}'" if factory is None else (
-            f"'{cls_name}' is a {type(factory).__name__} of torchvision.datasets, not a dataset class")
-        raise ValueError(f"datasets.{name}.name: {what} (a class such as MNIST, CIFAR10, ImageFolder)")
+    factory = resolve(cls_name, f"datasets.{name}.name", kinds=(torch.utils.data.Dataset,), module="torchvision.datasets",
+                      need="a dataset class (such as MNIST, CIFAR10, ImageFolder)")  # fmt: skip
     if "download" in spec or "loader" in spec:
         key = "download" if "download" in spec else "loader"
         raise ValueError(f"datasets.{name}.{key}: set by the study (download=False: read from disk only; loader: size-checked)")
