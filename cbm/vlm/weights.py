@@ -6,17 +6,17 @@ fingerprint hashes the *contents* of the directory's top-level files (weights, c
 chat template). Hashing gigabytes on every start would be slow, so each file's digest is
 remembered by its identity on disk (size, mtime, ctime, inode): ctime changes on any write or
 replacement and cannot be set back by a user, so a rewritten file is always hashed again. The
-memo is a JSON file in the reply cache carrying its own digest (a corrupt one is ignored).
+memo is a JSON file in the reply cache, sealed with its digest (:mod:`cbm.vlm.sealed`; a corrupt
+or edited one is ignored).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any
 
+from cbm.vlm.sealed import canonical, read_json, seal, unseal
 from synthetic.atomic import write_json_atomic
 
 #: Bump when what the fingerprint covers changes.
@@ -32,21 +32,17 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
 def _load_memo(path: Path | None) -> dict[str, list]:
-    if path is None:
+    """The memo's ``{file name: [size, mtime, ctime, inode, device, digest]}``; ``{}`` when there is
+    none or it is unreadable, edited (its digest) or of another shape."""
+    if path is None or not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        files = data["files"]
-        if data["digest"] != hashlib.sha256(_canonical(files).encode()).hexdigest():
-            return {}
-        return files if isinstance(files, dict) else {}
-    except (OSError, ValueError, KeyError, TypeError):
+        body = unseal(read_json(path))
+    except ValueError:
         return {}
+    files = body.get("files") if body is not None else None
+    return files if isinstance(files, dict) else {}
 
 
 def model_files(directory: Path) -> list[Path]:
@@ -68,12 +64,12 @@ def fingerprint(directory: str | Path, memo_dir: str | Path | None = None) -> st
         st = os.stat(p)
         ident = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
         known = memo.get(p.name)
-        digest = known[-1] if isinstance(known, list) and known[:-1] == ident else _file_digest(p)
+        digest = known[-1] if isinstance(known, list) and known[:-1] == ident and isinstance(known[-1], str) else _file_digest(p)
         files[p.name] = [*ident, digest]
     if memo_path is not None and files != memo:
         try:
-            write_json_atomic(memo_path, {"files": files, "digest": hashlib.sha256(_canonical(files).encode()).hexdigest()})
+            write_json_atomic(memo_path, seal({"files": files}))
         except OSError:
             pass  # a memo that cannot be written costs a re-hash next time, nothing else
     summary = [[name, v[0], v[-1]] for name, v in sorted(files.items())]
-    return hashlib.sha256(_canonical({"v": FINGERPRINT_VERSION, "files": summary}).encode()).hexdigest()
+    return hashlib.sha256(canonical({"v": FINGERPRINT_VERSION, "files": summary}).encode()).hexdigest()
