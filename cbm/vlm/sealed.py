@@ -6,9 +6,15 @@ object's canonical JSON (sorted keys, no spaces, numpy scalars as floats: the fo
 ``synthetic.atomic.write_json_atomic`` writes). The digest is not a signature: it catches
 changes, not a forger who recomputes it, so every reader also validates the structure.
 
+A record also says what produced it (:func:`client_identity`: the endpoint, model and sampling
+parameters of a chat client; :func:`digest` of the prompts), so a rerun with other settings does
+not take an old reply for the new model's answer.
+
 >>> sealed = seal({"a": 1})
 >>> unseal(sealed) == {"a": 1}, unseal({**sealed, "a": 2})
 (True, None)
+>>> open_sealed({"a": 1})
+(None, 'written by an older version (no digest)')
 """
 
 from __future__ import annotations
@@ -46,6 +52,30 @@ def unseal(obj: Any) -> dict[str, Any] | None:
         return None
     body = {k: v for k, v in obj.items() if k != DIGEST_KEY}
     return body if digest(body) == obj[DIGEST_KEY] else None
+
+
+#: Why :func:`open_sealed` returns no body: a JSON object without a digest (written before digests
+#: existed), and one whose digest does not match (edited since it was written) or not an object.
+OLDER = "written by an older version (no digest)"
+CHANGED = "changed since it was written"
+
+
+def open_sealed(obj: Any) -> tuple[dict[str, Any] | None, str]:
+    """``(body, "")``, or ``(None, why)`` with ``why`` :data:`OLDER` (an object without a digest)
+    or :data:`CHANGED` (the digest does not match, or not an object)."""
+    if isinstance(obj, dict) and DIGEST_KEY not in obj:
+        return None, OLDER
+    body = unseal(obj)
+    return (body, "") if body is not None else (None, CHANGED)
+
+
+def client_identity(client: Any) -> dict[str, Any]:
+    """Who answers a :class:`~cbm.vlm.client.ChatClient`'s requests, as a record keeps it: its
+    endpoint (the normalised URL or local weights fingerprint of the reply cache's key), model,
+    sampling parameters and system prompt. Two clients with the same identity send the same
+    request for the same messages."""
+    cfg = client.cfg
+    return {"backend": cfg.backend, "endpoint": client.endpoint, "model": cfg.model, "params": cfg.params(), "system": cfg.system}
 
 
 def read_json(path: str | Path) -> Any:

@@ -293,6 +293,109 @@ def test_records_of_an_older_version_are_redone_with_their_own_message(tmp_path,
         "icl: 3 trial record(s) written by an older version (no digest): redone"]
 
 
+
+
+def icl_model_handler(req):
+    """Like :func:`icl_handler`, but the model named ``other`` answers ``2``: a reused old reply shows."""
+    body = json.loads(req.data)
+    if "You are grading" in body["messages"][-1]["content"][-1]["text"]:
+        return icl_handler(req)
+    return completion(f"<response>{2 if body['model'] == 'other' else 1}</response><features>- round head</features>")
+
+
+def sent_since(server, n: int) -> tuple[int, int]:
+    """(answer requests, judge requests) the server got after its ``n``-th request."""
+    texts = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in server.log[n:]]
+    return sum("You are grading" not in t for t in texts), sum("You are grading" in t for t in texts)
+
+
+def with_vlm(cfg, **settings):
+    from dataclasses import replace
+
+    return replace(cfg, models={"vlm": {**cfg.models["vlm"], **settings}})
+
+
+ANSWER_CHANGES = [  # (name, change of the config, the part the log line names)
+    ("model", lambda cfg, server: with_vlm(cfg, model="other"), "models.vlm settings (endpoint, model or sampling)"),
+    ("base_url", lambda cfg, server: with_vlm(cfg, base_url=server.url_for("/v2")), "models.vlm settings"),
+    ("temperature", lambda cfg, server: with_vlm(cfg, temperature=0.5), "models.vlm settings"),
+    ("prompt", lambda cfg, server: _prompts(cfg, query=cfg.prompts["query"] + " Be brief."), "prompts"),
+]
+
+
+def _prompts(cfg, **templates):
+    from dataclasses import replace
+
+    return replace(cfg, prompts={**cfg.prompts, **templates})
+
+
+@pytest.mark.parametrize("name, change, part", ANSWER_CHANGES, ids=[c[0] for c in ANSWER_CHANGES])
+def test_records_of_another_model_endpoint_or_prompt_are_redone(tmp_path, httpserver, caplog, name, change, part):
+    """A rerun into the same output_dir with another model, endpoint, sampling or prompt asks every
+    trial again (nothing old is reused), with one log line saying why."""
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request(re.compile(r"/v[12]/chat/completions")).respond_with_handler(icl_model_handler)
+    cfg = icl_cfg(tmp_path, httpserver)
+    first = run(cfg)
+    sent = len(httpserver.log)
+    caplog.clear()
+    again = run(change(cfg, httpserver))
+    assert sent_since(httpserver, sent)[0] == 10  # every trial asked again
+    assert all(a["made_by"] != b["made_by"] for a, b in zip(first["records"], again["records"]))
+    if name == "model":
+        assert {r["reply"][:22] for r in again["records"]} == {"<response>2</response>"}  # the new model's answers
+    lines = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
+    assert len(lines) == 1 and lines[0].startswith("icl: 10 trial record(s) made with other ") and part in lines[0]
+    assert lines[0].endswith(")") and ": redone (e.g. " in lines[0]
+    sent = len(httpserver.log)
+    run(change(cfg, httpserver))  # the new records are this config's: resumed, not redone
+    assert len(httpserver.log) == sent
+
+
+def test_a_changed_judge_redoes_only_the_judge(tmp_path, httpserver, caplog):
+    """Another rubric, then another judge model: the answers are kept, only the verdicts are asked again."""
+    from dataclasses import replace
+
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(icl_model_handler)
+    cfg = icl_cfg(tmp_path, httpserver)
+    first = run(cfg)
+    strict = _prompts(cfg, rubric="Be strict.")
+    for change, part in ((strict, "judge prompt, rubric or options"), (replace(strict, judge={**cfg.judge, "model": "judge2"}), "judge settings")):
+        sent = len(httpserver.log)
+        caplog.clear()
+        again = run(change)
+        assert sent_since(httpserver, sent) == (0, 10)  # the answers are kept, every verdict asked again
+        assert [r["reply"] for r in again["records"]] == [r["reply"] for r in first["records"]]
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
+        assert line.startswith(f"icl: 10 trial record(s) whose judge was made with other {part}") and ": judge redone (e.g. " in line
+
+
+def test_records_of_an_older_version_are_redone_with_their_own_message(tmp_path, httpserver, caplog):
+    from cbm.vlm.icl.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(icl_handler)
+    first = run(icl_cfg(tmp_path, httpserver))
+    paths = sorted((tmp_path / "run" / "records").rglob("*.json"))
+    original = {p: p.read_text() for p in paths}
+    body = lambda p: unseal(json.loads(original[p]))  # noqa: E731
+    for p in paths[:3]:  # written before digests existed
+        p.write_text(json.dumps(body(p)))
+    for p in paths[3:5]:  # written before records said what made them
+        p.write_text(json.dumps(seal({k: v for k, v in body(p).items() if k != "made_by"})))
+    sent = len(httpserver.log)
+    caplog.clear()
+    again = run(icl_cfg(tmp_path, httpserver))
+    assert len(httpserver.log) == sent and again["records"] == first["records"]  # redone from the reply cache
+    assert {p: p.read_text() for p in paths} == original
+    lines = sorted(r.getMessage() for r in caplog.records if r.name == "cbm.vlm")
+    assert [re.sub(r" \(e\.g\. .*\)$", "", m) for m in lines] == [
+        "icl: 2 trial record(s) written by an older version (no settings fingerprint): redone",
+        "icl: 3 trial record(s) written by an older version (no digest): redone"]
+
+
 # ------------------------------------------------------------------ EDCT item records
 EDCT_DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": 12, "image_size": 32}
 

@@ -3,6 +3,9 @@
 
 Every trial is one JSON record under ``records/`` written when its replies arrive, so a killed run
 resumes where it stopped (and the client's reply cache makes even a lost record cost nothing).
+Each record also says what produced it (``made_by``: digests of the model's and the judge's
+endpoint, model and sampling parameters, of the dataset and episode, of the prompts and judge
+options): a record made by other settings is redone, not reused (see :meth:`Study._load`).
 ``run(cfg)`` writes ``accuracy.{md,csv}``, ``parse_errors.csv``, ``judge.{md,csv}``,
 ``checker.{md,csv}``, ``stats.{md,json}``, ``radar.png`` and ``results.json``.
 """
@@ -28,7 +31,7 @@ from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibil
 from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
-from cbm.vlm.sealed import read_json, seal, unseal
+from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
 from cbm.vlm.typed import conforms
 from synthetic.atomic import savefig_atomic, write_csv_atomic, write_json_atomic, write_text_atomic
 from synthetic.tables import markdown_table
@@ -162,6 +165,17 @@ def rebuild_record(t: Trial, saved: Any) -> dict[str, Any] | None:
     return rec
 
 
+#: The parts of a record's ``made_by`` its answer depends on (any change: the trial is redone) ...
+ANSWER_PARTS = ("model", "data", "prompts")
+#: ... and those of each later stage (a change: that stage alone is redone).
+STAGE_PARTS = {"judge": ("judge", "judge_prompts"), "judge_global": ("judge", "global_prompt"), "reproducibility": ("reproducibility",)}
+#: How a log line names a part of ``made_by``.
+PART_NAMES = {"model": "model settings (endpoint, model or sampling)", "data": "dataset or episode", "prompts": "prompts",
+              "judge": "judge settings (endpoint, model or sampling)", "judge_prompts": "judge prompt, rubric or options",
+              "global_prompt": "judge_global prompt", "reproducibility": "reproducibility settings"}  # fmt: skip
+NO_FINGERPRINT = "written by an older version (no settings fingerprint)"
+
+
 class Study:
     """The clients, datasets and episodes of one run, and the record store."""
 
@@ -176,6 +190,20 @@ class Study:
         self.episodes = {name: episodes_for(cfg, ds) for name, ds in self.datasets.items()}
         self.models = {name: ChatClient(ClientConfig.from_mapping(dict(s)), http_client=http_client) for name, s in cfg.models.items()}
         self.judge = ChatClient(ClientConfig.from_mapping(dict(cfg.judge)), http_client=http_client)
+        self._ids = {name: digest(client_identity(c)) for name, c in self.models.items()}
+        self._judge_id = digest(client_identity(self.judge))
+        self._notes: dict[str, list[Path]] = {}
+
+    def made_by(self, t: Trial) -> dict[str, str]:
+        """What produced trial ``t``'s record, as digests (:data:`ANSWER_PARTS`, :data:`STAGE_PARTS`)."""
+        p, ds, jo, c = self.cfg.prompts, self.datasets[t.dataset], self.cfg.judge_options, t.condition
+        answer_prompts = {**{k: p[k] for k in ("system", "support_user", "support_assistant", "query")}, "instruction": p["instructions"][c]}
+        return {"model": self._ids[t.model], "data": digest({"dataset": ds.fingerprint, "episode": t.episode.to_json()}),
+                "prompts": digest(answer_prompts), "judge": self._judge_id,
+                "judge_prompts": digest({"judge": p["judge"], "rubric": p["rubric"], "description": p["descriptions"][c],
+                                         "support_images": jo.support_images}),
+                "global_prompt": digest({"judge_global": p["judge_global"]}),
+                "reproducibility": digest({"repeats": jo.reproducibility_repeats, "temperature": jo.reproducibility_temperature})}  # fmt: skip
 
     def trials(self) -> list[Trial]:
         return [Trial(m, d, c, ep) for m in self.models for d in self.datasets for c in self.cfg.conditions for ep in self.episodes[d]]
@@ -192,21 +220,56 @@ class Study:
         treated as missing, with a warning, rather than refused; and a trusted one keeps only its
         reply texts, from which the parse, checker, features and judge scores are derived again
         (a record with a recomputed digest therefore cannot feed a wrong type or a forged verdict
-        to the tables; the rebuilt record is written back when it differs)."""
+        to the tables; the rebuilt record is written back when it differs).
+
+        Settings changed since a record was made are also a redo, not a refusal: an ICL
+        ``output_dir`` is meant to grow (another model, dataset or condition is added to the same
+        tables), so a run is not sealed as a whole; instead each record carries ``made_by``
+        (:meth:`made_by`). When the model's endpoint, model or sampling, the dataset or episode, or
+        the answer prompts differ, the trial is redone; when only the judge's settings, prompts or
+        options (or the reproducibility settings) differ, only that stage is redone. A record
+        without a digest or without ``made_by`` was written by an older version and is redone.
+        Each such reason is one log line per run (:meth:`_flush_notes`)."""
         path = self._path(trial)
         if not path.exists():
             return None
         try:
-            saved = unseal(read_json(path))
+            saved, why = open_sealed(read_json(path))
         except ValueError as err:
             log.warning("icl: %s; the trial is redone", err)
             return None
+        if why == OLDER:
+            return self._note(f"{OLDER}: redone", path)
+        if saved is not None and saved.get("trial") == trial.id and saved.get("status") == "error":
+            return None  # the endpoint failed last time: asked again
         rec = rebuild_record(trial, saved)
         if rec is None:
             log.warning("icl: %s changed since it was written or is not this trial's record; the trial is redone", path)
-        elif rec != saved:  # what the tables use is what the file holds
+            return None
+        made = self.made_by(trial)
+        old = saved.get("made_by")
+        if not conforms(old, dict.fromkeys(made, str)):
+            return self._note(f"{NO_FINGERPRINT}: redone", path)
+        stale = [k for k in made if old[k] != made[k]]
+        if changed := [k for k in stale if k in ANSWER_PARTS]:
+            return self._note(f"made with other {_parts(changed, trial)}: redone", path)
+        for key, parts in STAGE_PARTS.items():
+            if key in rec and (changed := [k for k in parts if k in stale]):
+                del rec[key]
+                self._note(f"whose {key} was made with other {_parts(changed, trial)}: {key} redone", path)
+        rec["made_by"] = made
+        if rec != saved:  # what the tables use is what the file holds
             self._save(trial, rec)
         return rec
+
+    def _note(self, reason: str, path: Path) -> None:
+        self._notes.setdefault(reason, []).append(path)
+
+    def _flush_notes(self) -> None:
+        """One log line per reason records were redone (``icl: 26 trial record(s) made with other ...``)."""
+        for reason, paths in self._notes.items():
+            log.warning("icl: %d trial record(s) %s (e.g. %s)", len(paths), reason, paths[0])
+        self._notes.clear()
 
     def _save(self, trial: Trial, rec: dict[str, Any]) -> None:
         write_json_atomic(self._path(trial), seal(rec))
@@ -218,6 +281,7 @@ class Study:
         """Every trial's record (answers, parse, checker, judge scores), resuming what is on disk."""
         trials = self.trials()
         recs: dict[str, dict[str, Any]] = {t.id: r for t in trials if (r := self._load(t)) is not None}
+        self._flush_notes()
         # 1. the models' answers
         for name, client in self.models.items():
             todo = [t for t in trials if t.model == name and recs.get(t.id, {}).get("status") != "answered"]
@@ -239,8 +303,8 @@ class Study:
 
     def _answer_record(self, t: Trial, reply: Any) -> dict[str, Any]:
         if isinstance(reply, ChatError):
-            return {**record_base(t), "status": "error", "error": str(reply)}
-        return answer_record(t, reply.text)
+            return {**record_base(t), "status": "error", "error": str(reply), "made_by": self.made_by(t)}
+        return {**answer_record(t, reply.text), "made_by": self.made_by(t)}
 
     def _reproducibility(self, trials: list[Trial], recs: dict[str, dict[str, Any]]) -> None:
         jo = self.cfg.judge_options
@@ -276,6 +340,12 @@ class Study:
         out = {name: {"model": c.model, **c.usage.to_json()} for name, c in self.models.items()}
         out["judge"] = {"model": self.judge.model, **self.judge.usage.to_json()}
         return out
+
+
+def _parts(parts: list[str], t: Trial) -> str:
+    """``["model", "prompts"]`` -> ``"models.vlm settings (...) and prompts"``."""
+    names = [f"models.{t.model} {PART_NAMES[p].removeprefix('model ')}" if p == "model" else PART_NAMES[p] for p in parts]
+    return " and ".join(names)
 
 
 # ------------------------------------------------------------------ tables
