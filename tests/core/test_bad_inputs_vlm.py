@@ -220,9 +220,9 @@ ICL_FILES = [
 FOLDER = ["~datasets.robot", *FOLDER_GRID]
 ICL_FOLDERS = [
     (["+datasets.f={kind: imagefolder, root: @VLM/bomb}"], "dogs/1.png: 10000x10000 image has 100,000,000 pixels, more than max_image_pixels=50,000,000 (refused undecoded)"),
-    (["+datasets.f={kind: imagefolder, root: @VLM/huge_bomb}"], "dogs/1.png: image larger than PIL's limit of 178,956,970 pixels (refused undecoded)"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/huge_bomb}"], "dogs/1.png: 100000x100000 image has 10,000,000,000 pixels, more than max_image_pixels=50,000,000 (refused undecoded)"),
     (["+datasets.f={kind: imagefolder, root: @VLM/big}", "max_image_pixels=5000"], "100x100 image has 10,000 pixels, more than max_image_pixels=5,000", SLOW),
-    (["+datasets.f={kind: imagefolder, root: @VLM/corrupt}"], "dogs/1.png: not a readable image (cannot identify image file"),
+    (["+datasets.f={kind: imagefolder, root: @VLM/corrupt}"], "dogs/1.png: cannot read the image (cannot identify image file"),
     (["+datasets.f={kind: imagefolder, root: @VLM/truncated}"], "cannot decode the image (OSError: image file is truncated"),
     (["+datasets.f={kind: imagefolder, root: @VLM/empty_folder}"], "datasets.f.root: no image files under '@VLM/empty_folder'", SLOW),
     (["+datasets.f={kind: imagefolder, root: @VLM/files/a_file}"], "datasets.f.root: '@VLM/files/a_file' is not a directory", SLOW),
