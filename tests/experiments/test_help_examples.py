@@ -142,13 +142,11 @@ def write_edct_run(run: Path) -> None:
     record with a judged counterfactual step and its images."""
     from PIL import Image
 
-    item = run / "items" / "r0"
-    item.mkdir(parents=True)
+    from cbm.vlm.edct.records import write_item
+
+    image = Image.new("RGB", (32, 32), (90, 140, 200))
+    write_item(run, "r0", "Glorp", image, [(image, "Drent", "knees")])  # sealed, as cbm-edct writes it
     (run / "results.json").write_text("{}")
-    steps = [{"index": 0, "status": "judged", "truth": "Drent", "concept": "knees"}]
-    (item / "record.json").write_text(json.dumps({"id": "r0", "truth": "Glorp", "steps": steps}))
-    for name in ("original.png", "step0.png"):
-        Image.new("RGB", (32, 32), (90, 140, 200)).save(item / name)
 
 
 def fill(line: str, places: dict[str, Path]) -> list[str]:

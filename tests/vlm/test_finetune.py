@@ -396,18 +396,15 @@ def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkey
     GPU stop only at the GPU check."""
     from cbm.experiments.cli import precheck
     from cbm.experiments.finetune_cli import validate
+    from cbm.vlm.edct.records import write_item
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "qwen2_vl"}')
     (model / "model.safetensors").write_bytes(b"")
     edct = tmp_path / "edct_run"
-    (edct / "items" / "a").mkdir(parents=True)
+    write_item(edct, "a", "Glorp", Image.new("RGB", (8, 8)), [(Image.new("RGB", (8, 8), "red"), "Drent", "knees")], question="Which?")
     (edct / "results.json").write_text("{}")
-    step = {"index": 1, "status": "judged", "truth": "Drent", "concept": "knees"}
-    (edct / "items" / "a" / "record.json").write_text(json.dumps({"id": "a", "truth": "Glorp", "question": "Which?", "steps": [step]}))
-    for name in ("original.png", "step1.png"):
-        Image.new("RGB", (8, 8)).save(edct / "items" / "a" / name)
     write_rows(tmp_path / "pairs.jsonl", pairs)
     monkeypatch.chdir(tmp_path)
     for args in _examples():

@@ -349,6 +349,132 @@ def test_tampered_item_records_and_step_images_are_redone(tmp_path, httpserver, 
     assert sum("the item is redone" in m for m in warned) == 3 and sum("the step is redone" in m for m in warned) == 1
 
 
+def test_a_rerun_with_other_settings_is_refused_and_items_of_other_settings_are_redone(tmp_path, httpserver, caplog):
+    """An EDCT output_dir is one run: a rerun with another VLM is refused in one line before any
+    request; with run.json deleted (the way to redo a run's items) every item is asked again of the
+    new model, nothing old reused, each record saying why."""
+    from cbm.vlm.edct.records import read_run, run_id
+    from cbm.vlm.edct.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(edct_handler)
+    cfg = edct_cfg(tmp_path, httpserver)
+    first = run(cfg)
+    run_file = tmp_path / "run" / "run.json"
+    files = {p: p.read_bytes() for p in (tmp_path / "run" / "items").rglob("*.*")}
+    other = edct_cfg(tmp_path, httpserver, vlm={**cfg.vlm, "model": "other"}, prompts={**cfg.prompts, "judge": cfg.prompts["judge"] + " "})
+    sent = len(httpserver.log)
+    with pytest.raises(ValueError) as err:
+        run(other)
+    assert str(err.value) == (f"output_dir: {tmp_path / 'run'} holds a cbm-edct run made with other settings (vlm, prompts); choose "
+                              f"another output_dir, or delete {run_file} to redo its items with these settings")  # fmt: skip
+    assert len(httpserver.log) == sent and {p: p.read_bytes() for p in files} == files
+    run_file.unlink()
+    caplog.clear()
+    again = run(other)
+    models = [json.loads(req.data)["model"] for req, _ in httpserver.log[sent:]]
+    assert models.count("other") == 4 + 8  # every baseline and every re-query asked of the new model
+    assert all(a["run"] != b["run"] for a, b in zip(first["records"], again["records"]))
+    warned = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
+    assert len(warned) == 4 and all(m.endswith(": made with other settings than this run's; the item is redone") for m in warned)
+    assert {r["run"] for r in again["records"]} == {run_id(read_run(tmp_path / "run")["parts"])}  # run.json is the new run's
+    sent = len(httpserver.log)
+    assert run(other)["records"] == again["records"] and len(httpserver.log) == sent  # resumed as the new run's
+
+
+def test_older_item_records_are_redone_and_forged_verdicts_derived_again(tmp_path, httpserver, caplog):
+    from cbm.vlm.edct.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(edct_handler)
+    first = run(edct_cfg(tmp_path, httpserver))
+    recs = sorted((tmp_path / "run" / "items").glob("*/record.json"))
+    original = {p: p.read_text() for p in recs}
+    body = lambda p: unseal(json.loads(original[p]))  # noqa: E731
+    recs[0].write_text(json.dumps(body(recs[0])))  # written before digests existed
+    recs[1].write_text(json.dumps(seal({k: v for k, v in body(recs[1]).items() if k != "run"})))  # before run ids
+    forged = body(recs[2])
+    for step in forged["steps"]:  # a well-formed verdict the judge never gave, the digest recomputed
+        step["judge"].update(ac=False, ef=False, score=9)
+        step["answer_changed"] = True
+    forged["chain"]["edits"][0]["change"] = "something else"
+    forged["steps"][0]["instruction"]["change"] = "something else"
+    recs[2].write_text(json.dumps(seal(forged)))
+    caplog.clear()
+    sent = len(httpserver.log)
+    again = run(edct_cfg(tmp_path, httpserver))
+    assert len(httpserver.log) == sent and again["records"] == first["records"]  # from the reply cache; the verdicts re-read
+    assert again["summary"]["ccs_graded"] == first["summary"]["ccs_graded"]
+    assert {p: p.read_text() for p in recs} == original
+    warned = sorted(r.getMessage() for r in caplog.records if r.name == "cbm.vlm")
+    assert warned == [f"edct: {recs[0]}: written by an older version (no digest); the item is redone",
+                      f"edct: {recs[1]}: written by an older version (no settings fingerprint); the item is redone"]  # fmt: skip
+
+
+# ------------------------------------------------------------------ the fine-tuning builder reads EDCT runs as cbm-edct does
+@pytest.fixture
+def edct_run(tmp_path, httpserver):
+    """A finished 4-item EDCT run (the items' records and images) to export."""
+    from cbm.vlm.edct.run import run
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(edct_handler)
+    run(edct_cfg(tmp_path, httpserver))
+    return tmp_path / "run"
+
+
+def _reseal(path: Path, edit) -> None:
+    body = unseal(json.loads(path.read_text()))
+    edit(body)
+    path.write_text(json.dumps(seal(body)))
+
+
+BUILDER_TAMPER = [  # (name, what is done to the first item, the end of the one line it is refused with)
+    ("record_edited", lambda d, rec: rec.write_text(rec.read_text().replace('"Glorp"', '"Drent"')), "record.json changed since cbm-edct wrote it"),
+    ("index_path", lambda d, rec: _reseal(rec, lambda b: b["steps"][0].update(index="/../../../x")),
+     "record.json changed since cbm-edct wrote it (not an EDCT item record)"),
+    ("index_out_of_order", lambda d, rec: _reseal(rec, lambda b: b["steps"][1].update(index=7)),
+     "record.json changed since cbm-edct wrote it (not an EDCT item record)"),
+    ("index_bool", lambda d, rec: _reseal(rec, lambda b: b["steps"][0].update(index=True)),
+     "record.json changed since cbm-edct wrote it (not an EDCT item record)"),
+    ("no_digest", lambda d, rec: rec.write_text(json.dumps(unseal(json.loads(rec.read_text())))),
+     "record.json was written by an older version of cbm-edct; rerun cbm-edct on @RUN (no digest)"),
+    ("other_run", lambda d, rec: _reseal(rec, lambda b: b.update(run="0" * 64)),
+     "record.json was made by another cbm-edct run than @RUN/run.json describes; rerun cbm-edct on @RUN"),
+    ("step_image", lambda d, rec: (d / "step1.png").write_bytes((d / "step2.png").read_bytes()), "step1.png changed since cbm-edct wrote it"),
+    ("mask_image", lambda d, rec: (d / "step2_mask.png").write_bytes((d / "step1_mask.png").read_bytes()), "step2_mask.png changed since cbm-edct wrote it"),
+    ("original_image", lambda d, rec: (d / "original.png").unlink(), "original.png changed since cbm-edct wrote it"),
+    ("step_image_link", lambda d, rec: ((d / "step1.png").unlink(), (d / "step1.png").symlink_to("/etc/hostname")),
+     "step1.png changed since cbm-edct wrote it"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, tamper, problem", BUILDER_TAMPER, ids=[t[0] for t in BUILDER_TAMPER])
+def test_the_finetuning_builder_refuses_a_changed_edct_run_in_one_line(edct_run, name, tamper, problem):
+    from cbm.vlm.finetune.builders import edct_pairs
+
+    assert len(edct_pairs(edct_run)) == 4 * 2 * 2  # the run as written exports every judged step
+    d = sorted((edct_run / "items").iterdir())[0]
+    tamper(d, d / "record.json")
+    with pytest.raises(ValueError) as err:
+        edct_pairs(edct_run)
+    line = str(err.value)
+    assert line.startswith("data.source.run_dir: ") and line.endswith(problem.replace("@RUN", str(edct_run))) and "\n" not in line
+
+
+def test_the_finetuning_builder_reads_step_images_under_the_pixel_limit(edct_run):
+    import hashlib
+
+    from cbm.vlm.finetune.builders import edct_pairs
+
+    d = sorted((edct_run / "items").iterdir())[0]
+    bomb = png_header_only(60_000, 60_000)
+    (d / "step1.png").write_bytes(bomb)  # a bomb whose sha256 a forger wrote into the resealed record
+    _reseal(d / "record.json", lambda b: b["steps"][0].update(image_sha256=hashlib.sha256(bomb).hexdigest()))
+    with pytest.raises(ValueError, match="step1.png") as err:
+        edct_pairs(edct_run)
+    assert str(err.value).startswith("data.source.run_dir: ") and "refused undecoded" in str(err.value)
+    with pytest.raises(ValueError, match="more than max_image_pixels=100 "):
+        edct_pairs(edct_run, max_image_pixels=100)  # every image is read under the limit
+
+
 # ------------------------------------------------------------------ targets that must never be called
 TARGETS = '''
 from pathlib import Path

@@ -7,15 +7,22 @@ previous step's image, the verifier checks the edit is local (one retry), the VL
 the judge scores Answer Consistency, Explanation Faithfulness and a 1-5 rubric. With the
 synthetic editors the true label of every counterfactual is known (``known_change``).
 
-Layout of ``output_dir``: ``items/<id>/record.json`` (every stage's parsed output, replies,
-errors, status), ``items/<id>/original.png``, ``items/<id>/step<i>.png`` / ``step<i>_mask.png``, and the run's
-``results.json`` / ``results.md`` / ``usage.json``. Replies are also in the client's disk cache.
+Layout of ``output_dir``: ``run.json`` (the digests of the settings that shape a record, sealed:
+a rerun with other settings is refused in one line, see :mod:`cbm.vlm.edct.records`),
+``items/<id>/record.json`` (every stage's parsed output, replies, errors, status, and the sha256
+of every image the item's steps wrote), ``items/<id>/original.png``, ``items/<id>/step<i>.png`` /
+``step<i>_mask.png``, and the run's ``results.json`` / ``results.md`` / ``usage.json``. Replies
+are also in the client's disk cache.
+
+A record is a resume point: on a rerun only its reply texts are kept and every parsed value (the
+answers, the cited concepts, the edit chain, the judge's verdicts, answer changes, the true labels
+of the edited items) is derived from them again (:meth:`Pipeline.rebuild`), so a record whose
+digest was recomputed cannot put a verdict or a score the judge never gave into the tables.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -32,12 +39,22 @@ from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
+from cbm.vlm.edct.records import (
+    check_run,
+    load_record,
+    png_bytes,
+    run_id,
+    save_record,
+    settings_parts,
+    valid_record,
+    write_png,
+)
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt
 from cbm.vlm.images import load_image
 from cbm.vlm.reply import ChatError
-from cbm.vlm.sealed import read_json, seal, unseal
-from cbm.vlm.typed import conforms
-from synthetic.atomic import atomic_write, write_json_atomic
+from synthetic.atomic import atomic_write
+
+__all__ = ["Clients", "Pipeline", "load_segmenter", "parse_error_counts", "status_counts", "valid_record"]
 
 log = logging.getLogger("cbm.vlm")
 
@@ -68,17 +85,17 @@ class Clients:
         return out
 
 
-def _png(path: Path, image: Image.Image) -> str:
-    """Write ``image`` as PNG (atomic); the sha256 of the bytes written (kept in the record, so a
-    resumed run reads back only the image it wrote)."""
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    data = buf.getvalue()
-    atomic_write(path, lambda f: f.write(data))
-    return hashlib.sha256(data).hexdigest()
+def _sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 class Pipeline:
+    #: The digest of the run's settings (:func:`~cbm.vlm.edct.records.run_id`) its records carry.
+    run_id: str = ""
+
     def __init__(self, cfg: EDCTConfig, clients: Clients, editor: Any, label_of: Any | None = None):
         self.cfg = cfg
         self.clients = clients
@@ -89,6 +106,8 @@ class Pipeline:
 
         self.verify_cfg = VerifyConfig(**dict(cfg.verify))
         self.segmenter = load_segmenter(cfg.segmenter) if cfg.segmenter is not None else None
+        self.parts = settings_parts(cfg, clients)
+        self.run_id = run_id(self.parts)  # every record of this run carries it
 
     # ----------------------------------------------------------------- stages
     def _prompt(self, name: str, **fields: Any) -> str:
@@ -123,17 +142,22 @@ class Pipeline:
     def run_item(self, item_id: str, item: EditItem, options: list[str]) -> dict[str, Any]:
         d = inside(self.root, self.root / slug(item_id), "EDCT item id")  # ids may come from data: slugged
         path = d / "record.json"
-        rec = _load(path, item_id) or {"id": item_id, "status": "started"}
-        rec["question"] = self.cfg.question
+        original = png_bytes(item.image)
+        image_sha = hashlib.sha256(original).hexdigest()
+        saved = self._load(path, item_id, image_sha)
+        rec = self.rebuild(saved, item, options) if saved is not None else {"id": item_id, "status": "started"}
+        rec.update(run=self.run_id, image_sha256=image_sha, question=self.cfg.question)
         if self.label_of is not None:
             rec["truth"] = self.label_of(item.meta)
-        if not (d / "original.png").is_file():
-            _png(d / "original.png", item.image)
+        if _sha256_of(d / "original.png") != image_sha:
+            atomic_write(d / "original.png", lambda f: f.write(original))
 
         def save() -> None:
-            write_json_atomic(path, seal(rec))
+            save_record(path, rec)
 
         if rec["status"] in TERMINAL:
+            if rec != saved:  # what the tables use is what the file holds
+                save()
             return rec
         rec.pop("error", None)
         try:
@@ -232,14 +256,16 @@ class Pipeline:
                     step.update(status="stopped", reason=f"edit not local: {verdict.reason}")
                     save()
                     return
-            step["image_sha256"] = _png(d / f"step{i + 1}.png", result.image)
+            step["image_sha256"] = write_png(d / f"step{i + 1}.png", result.image)
             if mask is not None:
-                _png(d / f"step{i + 1}_mask.png", Image.fromarray(mask.astype(np.uint8) * 255))
+                step["mask_sha256"] = write_png(d / f"step{i + 1}_mask.png", Image.fromarray(mask.astype(np.uint8) * 255))
             nxt = EditItem(result.image, result.meta if result.meta is not None else current.meta, current.kind)
             if self.label_of is not None and result.meta is not None:
                 step["truth"] = self.label_of(result.meta)
                 step["known_change"] = step["truth"] != rec["truth"]
                 step["meta_row"] = np.asarray(result.meta["row"]).tolist() if isinstance(result.meta, dict) and "row" in result.meta else None
+                if isinstance(result.meta, dict) and "board" in result.meta:  # a Sudoku board: restored on resume, its label derived again
+                    step["meta_board"] = np.asarray(result.meta["board"]).tolist()
             step["requery"] = self.ask_vlm(result.image, options)
             new = step["requery"]["answer"]
             step["answer_changed"] = None if new is None else new != base["answer"]
@@ -266,13 +292,105 @@ class Pipeline:
         except ValueError as err:
             log.warning("edct: %s; the step is redone", err)
             return None
-        meta = item.meta
-        if isinstance(meta, dict) and step.get("meta_row") is not None:
-            row = np.asarray(step["meta_row"], dtype=np.int64)
-            if "row" in meta and row.shape != np.shape(meta["row"]):
-                return None
-            meta = {**meta, "row": row}
+        meta = _step_meta(item.meta, step)
+        if meta is None:  # the step's attributes do not fit the item
+            return None
         return EditItem(image, meta, item.kind)
+
+    # ----------------------------------------------------------------- resume
+    def _load(self, path: Path, item_id: str, image_sha: str) -> dict[str, Any] | None:
+        """The item's saved record when this run can resume it, else ``None`` (the item starts
+        again, with one warning saying why): unreadable, edited since written, another item's or
+        of the wrong shape (:func:`~cbm.vlm.edct.records.load_record`); written by an older
+        version (no digest, or no run id); made by a run with other settings (possible only when
+        ``run.json`` was deleted, see :func:`~cbm.vlm.edct.records.check_run`); or made for
+        another image of the item. The replies in it are also in the client's reply cache, so a
+        redone item costs only its image edits."""
+        if not path.exists():
+            return None
+        saved = load_record(path, item_id)
+        if saved is None:
+            return None
+        if "run" not in saved:
+            why = "written by an older version (no settings fingerprint)"
+        elif saved["run"] != self.run_id:
+            why = "made with other settings than this run's"
+        elif saved.get("image_sha256") != image_sha:
+            why = "made for another image of this item"
+        else:
+            return saved
+        log.warning("edct: %s: %s; the item is redone", path, why)
+        return None
+
+    def rebuild(self, saved: dict[str, Any], item: EditItem, options: list[str]) -> dict[str, Any]:
+        """The record of a resumed item rebuilt from ``saved``'s reply texts: the answers, concepts,
+        chain and verdicts parsed again, answer changes and true labels derived again, the status
+        derived from what is there (``done`` only when the saved one says so and its chain ran out
+        or stopped). A step that no longer fits the chain, an unfinished step and what follows them
+        are left out (made again)."""
+        rec: dict[str, Any] = {"id": saved["id"], "status": "started"}
+        if "baseline" not in saved:
+            return rec
+        base = rec["baseline"] = _answer(saved["baseline"], options)
+        if base["answer"] is None:
+            return {**rec, "status": "baseline_unparsed"}
+        if "concepts" not in saved:
+            return rec
+        reply = saved["concepts"]["reply"]
+        concepts, errors = parse_concepts(reply, self.cfg.k)
+        rec["concepts"] = {"concepts": concepts, "reply": reply, "errors": [str(e) for e in errors]}
+        if not concepts:
+            return {**rec, "status": "no_concepts"}
+        if "chain" not in saved:
+            return rec
+        reply = saved["chain"]["reply"]
+        chain, errors = parse_edit_chain(reply, concepts)
+        rec["chain"] = {"edits": [asdict(e) for e in chain], "reply": reply, "errors": [str(e) for e in errors]}
+        if not chain:
+            return {**rec, "status": "no_chain"}
+        if "steps" not in saved:
+            return rec
+        steps = rec["steps"] = []
+        truth = self.label_of(item.meta) if self.label_of is not None else None
+        for instr, old in zip(chain, saved["steps"]):
+            step = self._rebuild_step(old, instr, base, item, truth, options)
+            if step is None:
+                break
+            steps.append(step)
+            if step["status"] == "stopped":
+                break
+        if saved["status"] == "done" and steps and (steps[-1]["status"] == "stopped" or len(steps) == len(chain)):
+            rec["status"] = "done"  # else the chain is resumed (every finished step's image checked as it is read back)
+        return rec
+
+    def _rebuild_step(self, old: dict[str, Any], instr: EditInstruction, base: dict[str, Any], item: EditItem, truth: str | None,
+                      options: list[str]) -> dict[str, Any] | None:  # fmt: skip
+        """A finished step derived again from its replies (``None``: it is made again)."""
+        if old.get("status") not in ("judged", "stopped") or old["instruction"] != asdict(instr):
+            return None
+        step = {**old, "concept": instr.concept, "edit_text": edit_prompt(instr)}
+        if old["status"] == "stopped":
+            return step
+        if ("judge2" in old) != (self.clients.judge2 is not None):
+            return None
+        step["requery"] = _answer(old["requery"], options)
+        new = step["requery"]["answer"]
+        step["answer_changed"] = None if new is None else new != base["answer"]
+        for key in ("judge", "judge2"):
+            if key in old:
+                step[key] = _verdict(old[key]["reply"])
+        for key in ("truth", "known_change"):  # derived again below, or left out
+            step.pop(key, None)
+        if "truth" in old and truth is not None and (old.get("meta_row") is not None or old.get("meta_board") is not None):
+            meta = _step_meta(item.meta, old)
+            try:
+                label = self.label_of(meta) if meta is not None else None
+            except Exception:  # noqa: BLE001 - attribute values that are no item's: the step is made again
+                label = None
+            if label is None:
+                return None
+            step["truth"], step["known_change"] = label, label != truth
+        return step
 
     # ----------------------------------------------------------------- all items
     def run(self, items: list[tuple[str, EditItem]], options: list[str]) -> list[dict[str, Any]]:
@@ -280,6 +398,7 @@ class Pipeline:
 
         out: dict[str, dict] = {}
         slugs([iid for iid, _ in items], "EDCT item ids")  # two items never share a folder
+        check_run(self.cfg.output_dir, self.parts)  # a directory of a run with other settings: refused before any item
         show = progress_bar_wanted(self.cfg.progress)
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool, tqdm(total=len(items), desc="edct", disable=not show, leave=False) as bar:
             futures = {pool.submit(self.run_item, iid, it, options): iid for iid, it in items}
@@ -354,46 +473,31 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-#: What the pipeline reads back from a saved record (extra keys are kept; values of these keys must fit).
-ERRORS = [str]
-ANSWER = {"answer": (str, None), "explanation": (str, None), "reply": str, "errors": ERRORS, "?scores": [float]}
-VERDICT = {"ac": (bool, None), "ef": (bool, None), "score": (int, None), "reply": str, "errors": ERRORS}
-EDIT = {"concept": str, "keep": str, "change": str, "how": str, "constraints": str, "target": (str, None)}
-STEP = {"index": int, "concept": str, "instruction": EDIT, "edit_text": str, "?status": str, "?requery": ANSWER,
-        "?judge": VERDICT, "?judge2": VERDICT, "?answer_changed": (bool, None), "?known_change": bool, "?truth": str,
-        "?meta_row": ([int], None), "?image_sha256": str,
-        "?verify": {"passed": bool, "in_ratio": float, "out_ratio": float, "reason": str}}  # fmt: skip
-JUDGED_STEP = {**STEP, "requery": ANSWER, "judge": VERDICT, "answer_changed": (bool, None)}
-RECORD = {"id": str, "status": str, "?error": str, "?truth": str, "?baseline": ANSWER,
-          "?concepts": {"concepts": [str], "reply": str, "errors": ERRORS},
-          "?chain": {"edits": [EDIT], "reply": str, "errors": ERRORS}, "?steps": [STEP]}  # fmt: skip
+def _answer(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    """A stored answer derived again from its reply (option scores, from a local model, kept)."""
+    parsed = parse_answer(saved["reply"], options)
+    out = {"answer": parsed.answer, "explanation": parsed.explanation, "reply": saved["reply"], "errors": [str(e) for e in parsed.errors]}
+    if "scores" in saved and len(saved["scores"]) == len(options):
+        out["scores"] = saved["scores"]
+    return out
 
 
-def valid_record(rec: Any, item_id: str) -> bool:
-    """Whether a record read back is this item's and has the shape every stage reads (so even a
-    record whose digest was recomputed cannot feed a wrong type to the pipeline or the tables)."""
-    if not conforms(rec, RECORD) or rec["id"] != item_id:
-        return False
-    if any(set(e) != set(EDIT) for e in rec.get("chain", {}).get("edits", [])):
-        return False
-    return all(conforms(s, JUDGED_STEP) for s in rec.get("steps", []) if s.get("status") == "judged")
+def _verdict(reply: str) -> dict[str, Any]:
+    """The judge's verdict parsed from its reply (``score`` 1-5 or ``None``, never another value)."""
+    v = parse_verdict(reply)
+    return {"ac": v.ac, "ef": v.ef, "score": v.score, "reply": reply, "errors": [str(e) for e in v.errors]}
 
 
-def _load(path: Path, item_id: str) -> dict[str, Any] | None:
-    """The item's saved record, or ``None`` (the item starts again).
-
-    A record is a resume point: the replies in it are also in the client's reply cache, so a
-    record that cannot be trusted (unreadable, edited since written: its sha256 differs, another
-    item's, of the wrong shape) is treated as missing, with a warning, and the item is redone
-    rather than the run refused (only image edits are made again)."""
-    if not path.exists():
-        return None
-    try:
-        rec = unseal(read_json(path))
-    except ValueError as err:
-        log.warning("edct: %s; the item is redone", err)
-        return None
-    if rec is None or not valid_record(rec, item_id):
-        log.warning("edct: %s changed since it was written or is not this item's record; the item is redone", path)
-        return None
-    return rec
+def _step_meta(meta: Any, step: dict[str, Any]) -> Any:
+    """The item's ``meta`` as a step left it: its attribute row (robots) or board (Sudoku) from the
+    record; the item's own when the step recorded neither (an editor without ground truth);
+    ``None`` when the recorded one does not fit the item."""
+    for key, field in (("row", "meta_row"), ("board", "meta_board")):
+        if step.get(field) is not None:
+            if not isinstance(meta, dict) or key not in meta:
+                return None
+            value = np.asarray(step[field], dtype=np.int64)
+            if value.shape != np.shape(meta[key]):
+                return None
+            meta = {**meta, key: value}
+    return meta

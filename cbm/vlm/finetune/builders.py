@@ -9,7 +9,7 @@ counterfactual with the true label of the edited item (synthetic runs), paired w
 
 from __future__ import annotations
 
-import json
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cbm.config.safe_paths import slug
 from cbm.vlm.finetune.data import QARow, write_rows
 from synthetic.atomic import atomic_write
 
@@ -159,40 +160,90 @@ def sudoku_pairs(cfg: Any, out_dir: str | Path, n: int, cells_per_board: int = 2
     return rows
 
 
-def edct_pairs(run_dir: str | Path, question: str | None = None) -> list[QARow]:
+def edct_pairs(run_dir: str | Path, question: str | None = None, max_image_pixels: int | None = None) -> list[QARow]:
     """Rows from a ``cbm-edct`` run on synthetic items: each item's original (answer = its true
     label) paired with every judged step's counterfactual (answer = the edited item's true label),
-    the step's mask as the mask. Items without ground truth are skipped."""
+    the step's mask as the mask. Items without ground truth are skipped.
+
+    The run is read as ``cbm-edct`` resumes it (:mod:`cbm.vlm.edct.records`): every record sealed
+    and of the record's shape (step indices integers ``1..n``, so a file name made from one stays
+    in the item's folder), made by the run its ``run.json`` describes; every image exported is the
+    one the record's sha256 names, read under ``max_image_pixels`` (default: ``cbm-edct``'s). Any
+    problem is one line naming the file (the training data is never built from a changed run)."""
+    from cbm.vlm.edct.records import RUN_FILE, RUN_VERSION, RecordProblem, read_record, read_run, run_id
+
     run_dir = Path(run_dir)
-    cfg_q = question
-    res = run_dir / "results.json"
-    if cfg_q is None and not res.is_file():
+    if max_image_pixels is None:
+        from cbm.vlm.edct.config import EDCTConfig
+
+        max_image_pixels = EDCTConfig.max_image_pixels
+    if question is None and not (run_dir / "results.json").is_file():
         raise ValueError(f"{run_dir}: not a cbm-edct run directory (no results.json)")
+    where = "data.source.run_dir"
+    older = f"was written by an older version of cbm-edct; rerun cbm-edct on {run_dir}"
+    items = run_dir / "items"
+    run: str | None = None
     rows: list[QARow] = []
-    for rec_path in sorted((run_dir / "items").glob("*/record.json")):
+    for rec_path in sorted(items.glob("*/record.json")):
         try:
-            rec = json.loads(rec_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-            raise ValueError(f"data.source.run_dir: {rec_path} is not a readable EDCT record ({type(err).__name__})") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("steps", []), list) or "id" not in rec:
-            raise ValueError(f"data.source.run_dir: {rec_path} is not an EDCT item record")
+            rec = read_record(rec_path)
+        except RecordProblem as err:
+            why = {"unreadable": f"is not a readable EDCT record ({str(err).removeprefix(f'{rec_path}: ')})",
+                   "older": f"{older} (no digest)", "changed": "changed since cbm-edct wrote it",
+                   "shape": "changed since cbm-edct wrote it (not an EDCT item record)"}[err.kind]  # fmt: skip
+            raise ValueError(f"{where}: {rec_path} {why}") from None
+        if run is None:  # the run's settings, once there is a record to check against them
+            try:
+                body = read_run(run_dir)
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+            if body is None:
+                raise ValueError(f"{where}: {run_dir} {older} (no {RUN_FILE})")
+            run = run_id(body["parts"]) if body["version"] == RUN_VERSION else ""
+        if "run" not in rec:
+            raise ValueError(f"{where}: {rec_path} {older} (no settings fingerprint)")
+        if rec["run"] != run:
+            raise ValueError(f"{where}: {rec_path} was made by another cbm-edct run than {run_dir / RUN_FILE} describes; rerun cbm-edct on {run_dir}")
+        d = rec_path.parent
+        if d.name != slug(rec["id"]) or d.is_symlink():
+            raise ValueError(f"{where}: {rec_path} is item {rec['id']!r}'s record in another item's folder")
         if "truth" not in rec:
             continue
-        q = cfg_q or rec.get("question") or "Which class is this?"
-        steps = [s for s in rec.get("steps", []) if isinstance(s, dict) and s.get("status") == "judged" and "truth" in s and "index" in s]
-        orig = rec_path.parent / "original.png"
-        if not steps or not orig.is_file():
+        q = question or rec.get("question") or "Which class is this?"
+        steps = [s for s in rec.get("steps", []) if s.get("status") == "judged" and "truth" in s]
+        if not steps:
             continue
+        orig = _written_png(d / "original.png", rec.get("image_sha256"), max_image_pixels)
         for s in steps:
-            pid = f"{rec['id']}-step{s['index']}"
-            mask = rec_path.parent / f"step{s['index']}_mask.png"
-            m = str(mask) if mask.is_file() else None
-            rows.append(QARow(str(orig), q, rec["truth"], "original", pid, m, {"edct_item": rec["id"]}))
-            rows.append(QARow(str(rec_path.parent / f"step{s['index']}.png"), q, s["truth"], "counterfactual", pid, m,
-                              {"edct_item": rec["id"], "concept": s.get("concept")}))  # fmt: skip
+            i = s["index"]  # an int, 1..n (valid_record)
+            pid = f"{rec['id']}-step{i}"
+            cf = _written_png(d / f"step{i}.png", s["image_sha256"], max_image_pixels)
+            m = _written_png(d / f"step{i}_mask.png", s["mask_sha256"], max_image_pixels) if "mask_sha256" in s else None
+            rows.append(QARow(orig, q, rec["truth"], "original", pid, m, {"edct_item": rec["id"]}))
+            rows.append(QARow(cf, q, s["truth"], "counterfactual", pid, m, {"edct_item": rec["id"], "concept": s.get("concept")}))
     if not rows:
-        raise ValueError(f"data.source.run_dir: {run_dir} has no judged steps with ground truth to export")
+        raise ValueError(f"{where}: {run_dir} has no judged steps with ground truth to export")
     return rows
+
+
+def _written_png(path: Path, sha256: str | None, max_pixels: int) -> str:
+    """``path`` when it holds the image ``cbm-edct`` wrote there (its sha256) and decodes under
+    ``max_pixels``; else one line."""
+    from cbm.vlm.images import load_image
+
+    where = "data.source.run_dir"
+    if sha256 is None:
+        raise ValueError(f"{where}: {path.parent / 'record.json'} was written by an older version of cbm-edct (no image sha256)")
+    try:
+        if not path.is_file() or path.stat().st_size > 4 * max_pixels + 2**20:  # cbm-edct writes 8-bit RGB / grey PNGs
+            raise ValueError(f"{where}: {path} changed since cbm-edct wrote it")
+        data = path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"{where}: {path}: cannot read ({err.strerror or type(err).__name__})") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"{where}: {path} changed since cbm-edct wrote it")
+    load_image(data, max_pixels, f"{where}: {path}")  # one line for an image over the limit or that does not decode
+    return str(path)
 
 
 def build(kind: str, out_dir: str | Path, **kwargs: Any) -> Path:
