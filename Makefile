@@ -20,13 +20,14 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-## Everything CI runs: lint, the default (fast) suite, the slow tests, then the notebooks (each cell may take
-## 20 minutes: a loaded 2-core runner once took over 300 s for the robot smoke preset; each
-## runs its experiment's smoke preset top to bottom).
+## Everything CI runs: lint, the default (fast) suite, the slow tests, then the notebooks. The slow tests
+## write the smoke experiments into CBM_SMOKE_EXPERIMENTS and the notebooks show those (a rerun skips
+## every finished cell); a notebook alone runs its smoke preset itself (each cell may take 20 minutes).
 test: lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow
-	CBM_NOTEBOOK_OUT=$$(mktemp -d) $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=1200 notebooks
+	export CBM_SMOKE_EXPERIMENTS=$$(mktemp -d) && \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow && \
+	CBM_NOTEBOOK_OUT=$$CBM_SMOKE_EXPERIMENTS $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=1200 notebooks
 
 ## Rewrite the notebooks from notebooks/make_notebooks.py.
 notebooks: setup

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -139,17 +141,23 @@ def test_automation_rows_keep_failed_calibrations_as_na():
     assert rows[0]["note"] == "ltt calibration: no threshold" and rows[0]["paper NWA %"] == "+44.0" and cols[-2:] == ["paper NWA %", "note"]
 
 
-def run_experiment(tmp_path, shared_cache, *args):
-    return subprocess.run([sys.executable, "-m", "cbm.experiments.experiment", *args, f"output_dir={tmp_path / 'exp'}",
-                           f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path, timeout=1200)  # fmt: skip
+def run_experiment(tmp_path, shared_cache, *args, out: Path | None = None):
+    return subprocess.run([sys.executable, "-m", "cbm.experiments.experiment", *args, f"output_dir={out or tmp_path / 'exp'}",
+                           f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path, timeout=1800)  # fmt: skip
+
+
+#: ``make test`` points this and the notebooks (``CBM_NOTEBOOK_OUT``) at one folder: the notebooks
+#: then show these smoke experiments instead of running them a second time.
+SMOKE_OUT = "CBM_SMOKE_EXPERIMENTS"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", [p for p in PRESETS if p.endswith("_smoke")])
 def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, shared_cache, preset):
-    proc = run_experiment(tmp_path, shared_cache, f"+experiment={preset}")
+    root = Path(os.environ[SMOKE_OUT]) / preset if os.environ.get(SMOKE_OUT) else tmp_path / "exp"
+    shutil.rmtree(root, ignore_errors=True)  # a fresh run, whatever an earlier one left
+    proc = run_experiment(tmp_path, shared_cache, f"+experiment={preset}", out=root)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    root = tmp_path / "exp"
     report = json.loads((root / "report.json").read_text())
     manifest = json.loads((root / "experiment.json").read_text())
     assert manifest["cells"] and all(c["status"] == "done" for c in manifest["cells"]) and not report["unfinished"]
@@ -164,6 +172,6 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         assert list((root / "figures").glob("accuracy_vs_k_*.png"))
     if report["automation"]:
         assert {"NWA %", "coverage %"} <= set(report["automation"][0]) and list((root / "figures").glob("automation_*.png"))
-    again = run_experiment(tmp_path, shared_cache, f"+experiment={preset}")
+    again = run_experiment(tmp_path, shared_cache, f"+experiment={preset}", out=root)
     assert again.returncode == 0 and f"({len(manifest['cells'])} finished)" not in again.stdout
     assert f"0 to run, {len(manifest['cells'])} finished" in again.stdout
