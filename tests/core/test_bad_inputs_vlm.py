@@ -233,7 +233,7 @@ ICL_FOLDERS = [
 #: torchvision names that are not dataset classes (torch is imported: slow).
 ICL_TORCHVISION = [
     (["+datasets.t={kind: torchvision, name: utils, root: @VLM}"], "datasets.t.name: 'utils' of torchvision.datasets is a module, not a dataset class"),
-    (["+datasets.t={kind: torchvision, name: wrap_dataset_for_transforms_v2, root: @VLM}"], "'wrap_dataset_for_transforms_v2' is a function of torchvision.datasets"),
+    (["+datasets.t={kind: torchvision, name: wrap_dataset_for_transforms_v2, root: @VLM}"], "datasets.t.name: 'wrap_dataset_for_transforms_v2' of torchvision.datasets is a function, not a dataset class"),
     (["+datasets.t={kind: torchvision, name: NoSuchSet, root: @VLM}"], "datasets.t.name: cannot import 'NoSuchSet' of torchvision.datasets"),
     (["+datasets.t={kind: torchvision, name: ImageFolder, root: @VLM/bomb}"], "10000x10000 image has 100,000,000 pixels, more than max_image_pixels=50,000,000"),
     (["+datasets.t={kind: torchvision, name: MNIST, root: @VLM/files, download: true}"], "datasets.t.download: set by the study (download=False: read from disk only"),
