@@ -701,3 +701,4 @@ def test_settings_of_the_wrong_type_are_one_line(tmp_path, httpserver):
         assert str(err.value) == line
     assert conforms({"a": [1, 2]}, {"a": [int], "?b": str}) and not conforms({"a": [True]}, {"a": [int]})
     assert not conforms([1], {"a": int}) and conforms({"a": 1.5}, {"a": float}) and not conforms({"a": None}, {"a": str})
+    assert not conforms(float("nan"), float) and not conforms([1.0, float("-inf")], [float]) and conforms(3, float)
