@@ -43,6 +43,22 @@ REOPENS = 5
 _held: dict[str, list[int]] = {}
 
 
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) closes its copies of the held lock descriptors and holds
+    nothing: an flock belongs to the open file, so a child's copy would keep the directory locked
+    after its owner died, and a child's unlock would release the owner's lock."""
+    for fd, _ in _held.values():
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - already closed
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 #: Environment variables naming a process's rank in a multi-process job (Lightning, torchrun, SLURM, MPI).
 RANK_VARS = ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "PMI_RANK", "OMPI_COMM_WORLD_RANK")
 

@@ -150,6 +150,25 @@ def test_lock_is_exclusive_names_its_holder_and_dies_with_it(tmp_path):
         assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["pid"] == os.getpid()
 
 
+def test_a_forked_child_neither_keeps_nor_releases_its_parents_lock(tmp_path):
+    """A DataLoader worker is a fork of the cell: it must not keep the directory locked once the cell
+    is dead (the flock belongs to the open file both share), nor release it while the cell lives."""
+    code = (f"import os, sys, time; from cbm.experiments import runlock; d = {str(tmp_path)!r}; runlock.acquire(d)\n"
+            "if os.fork() == 0:\n"
+            "    runlock.release(d); print(runlock.holds(d), flush=True); time.sleep(600)\n"
+            "time.sleep(600)")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "False"  # the child holds nothing; its release was a no-op
+        info = runlock.holder(tmp_path)
+        assert info is not None and info["pid"] == proc.pid  # the parent still holds it
+        proc.kill()  # the owner only: its forked child lives on
+        proc.wait()
+        assert runlock.holder(tmp_path) is None  # the child's copy was closed: the kernel dropped the lock
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def holder_seen_by_another_process(directory: Path) -> dict | None:
     code = f"import json; from cbm.experiments import runlock; print(json.dumps(runlock.holder({str(directory)!r})))"
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout)
