@@ -28,9 +28,10 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
-from cbm.experiments import lifeline, runlock
+from cbm.experiments import forkserver, lifeline, runlock
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import DRY_RUN_ENV, say, write_json_atomic
+from cbm.experiments.forkserver import ForkServer
 from cbm.experiments.plan import STAGES, Cell, plan
 from synthetic.atomic import ensure_dir
 
@@ -141,14 +142,30 @@ def run_cell(cell: Cell, threads: int, root: Path, running: lifeline.Running | N
     return {**record, "status": "failed", "seconds": seconds, "note": why[:300]}
 
 
-def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save) -> None:
+def start_server(launcher: str, cells: list[Cell]) -> ForkServer | None:
+    """The fork server the cells are forked from (``launcher=fork`` where the OS can, with a cell to
+    run), else ``None``: every cell is a fresh ``python -m`` process."""
+    if launcher != "fork" or not forkserver.available() or all(c.state() == "done" for c in cells):
+        return None
+    return ForkServer()
+
+
+def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, launcher: str = "fork") -> None:
     """Run the cells, trainings first, ``jobs`` at a time; ``log`` gets each cell's record. An
     interruption (Ctrl-C) kills the running cells and starts no more."""
+    server = start_server(launcher, cells)  # here, in the main thread, which outlives every cell
+    try:
+        _execute(cells, jobs, root, log, save, lifeline.Running(server))
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, running: lifeline.Running) -> None:
     threads = max(1, (os.cpu_count() or 1) // jobs)
     total = len(cells)
     done = 0
     lock = threading.Lock()  # one writer of the log, the console and the manifest at a time
-    running = lifeline.Running()
 
     def one(cell: Cell) -> None:
         nonlocal done
@@ -205,7 +222,7 @@ def _run(c: ExperimentConfig, root: Path) -> dict[str, Any]:
         write_json_atomic(root / MANIFEST, manifest)
 
     start = time.perf_counter()
-    execute(cells, c.jobs, root, log, save)
+    execute(cells, c.jobs, root, log, save, c.launcher)
     manifest["wall_s"] = round(time.perf_counter() - start, 1)
     save()
     table = write_experiment_report(root)

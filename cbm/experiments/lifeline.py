@@ -20,6 +20,10 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cbm.experiments.forkserver import ForkedCell, ForkServer
 
 #: Environment variable naming the pid a cell must not outlive.
 PARENT_ENV = "CBM_PARENT_PID"
@@ -79,8 +83,11 @@ def start(cmd: list[str], out_path: Path, env: dict[str, str]) -> subprocess.Pop
                                 start_new_session=True)  # fmt: skip
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen | ForkedCell) -> None:
     """Kill a running cell and everything in its process group."""
+    started = getattr(proc, "wait_started", None)  # a forked cell: its pid comes from the server
+    if started is not None and started() is None:
+        return  # the server ended it before it started
     if proc.poll() is not None:
         return
     try:
@@ -91,24 +98,27 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 class Running:
-    """The cell processes alive now, so an interrupted experiment stops them (and starts no more)."""
+    """The cell processes alive now, so an interrupted experiment stops them (and starts no more).
+    With a :class:`~cbm.experiments.forkserver.ForkServer` the cells are forked from it (no import
+    cost per cell), else each is a fresh ``python -m`` process."""
 
-    def __init__(self) -> None:
-        self.procs: set[subprocess.Popen] = set()
+    def __init__(self, server: ForkServer | None = None) -> None:
+        self.procs: set[subprocess.Popen | ForkedCell] = set()
         self.lock = threading.Lock()
         self.stopping = False
+        self.server = server
 
-    def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | None:
+    def start(self, cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen | ForkedCell | None:
         # The calling thread must stay alive, blocked in :meth:`wait`, while the cell runs:
         # PR_SET_PDEATHSIG fires when the parent *thread* that forked the cell exits, not the process.
         with self.lock:
             if self.stopping:
                 return None
-            proc = start(cmd, out, env)
+            proc = self.server.start(cmd, out, env) if self.server is not None else start(cmd, out, env)
             self.procs.add(proc)
             return proc
 
-    def wait(self, proc: subprocess.Popen) -> int:
+    def wait(self, proc: subprocess.Popen | ForkedCell) -> int:
         code = proc.wait()
         with self.lock:
             self.procs.discard(proc)

@@ -21,7 +21,9 @@ from cbm.experiments.common import remove_if_unused
 from cbm.experiments.overrides import quote_items, split_argv, with_search_path
 
 BIN = Path(sys.executable).parent
-EPOCHS = 2
+#: Long enough that the cell is still running while a test kills, interrupts or races it: a forked
+#: cell starts at once, and the racing command needs a few seconds to be refused.
+EPOCHS = 50
 #: One tiny tabular training cell (no black box, no analyses): the fastest whole experiment.
 PRESET = f"""\
 # @package _global_
