@@ -56,6 +56,15 @@ def test_no_preset_and_bad_entries_are_one_line():
         precheck("experiment", ["+experiment=alignment", "intervene.policy=[coop]"], experiment.validate)
 
 
+def test_cells_share_the_cores_within_the_threads_the_experiment_was_given(monkeypatch):
+    from cbm.experiments.experiment import cell_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [cell_threads(j, {}) for j in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert [cell_threads(j, {"OMP_NUM_THREADS": "2"}) for j in (1, 2, 8)] == [2, 2, 1]
+    assert cell_threads(1, {"OMP_NUM_THREADS": "0"}) == cell_threads(1, {"OMP_NUM_THREADS": "x"}) == 8
+
+
 def test_plan_pairs_the_black_box_and_names_cells_by_directory(tmp_path):
     c = typed("+experiment=robot_decision_support", f"output_dir={tmp_path}", "select.settings=[llm]", "seeds=[0,1]")
     cells = plan(c)
