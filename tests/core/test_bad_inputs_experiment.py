@@ -70,6 +70,8 @@ EXPERIMENT = [
     ([*TINY, "jobs=0"], "jobs must be >= 1, got 0", ()),
     ([*TINY, "jobs=-2"], "jobs must be >= 1", (SLOW,)),
     ([*TINY, "jobs=two"], "jobs", (SLOW,)),
+    ([*TINY, "launcher=thread"], "launcher must be one of ['fork', 'spawn'], got 'thread'", ()),
+    ([*TINY, "launcher=[fork]"], "launcher", ()),
     ([*TINY, "jobs=1.5"], "jobs", (SLOW,)),
     # the training cells' overrides
     ([*TINY, "train=[trainer.max_epochs=0]"], "tab/cbm (train): config: trainer.max_epochs must be >= 1", ()),
