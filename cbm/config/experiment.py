@@ -24,6 +24,18 @@ LAUNCHERS = ("fork", "spawn")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def resolve_seeds(seeds: Any) -> list[int]:
+    """``seeds``: a count ``n >= 1`` (seeds ``0..n-1``) or a list of distinct integers ``>= 0``."""
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise ValueError(f"seeds: a count must be >= 1 (seeds=10 runs seeds 0..9), got {seeds}")
+        return list(range(seeds))
+    ok = isinstance(seeds, list | tuple) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    if not ok or len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be a count (seeds=10) or distinct integers >= 0 ('seeds=[0,1,2]'), got {seeds!r}")
+    return list(seeds)
+
+
 @dataclass
 class InterveneStage:
     """The ``cbm-intervene`` run on every concept model (black box paired for Gain)."""
@@ -70,6 +82,33 @@ class Select:
 
 
 @dataclass
+class Compare:
+    """Paired differences over seeds in the report (mean and 95% CI of the per-seed differences).
+
+    Gain (a concept model minus its black box) is always paired. ``models``: pairs ``[a, b]`` of
+    ``models`` entries compared on the same setting and seed (e.g. ``[cbm_aligned, cbm]``: constrained
+    minus unconstrained). ``policies``: pairs ``[a, b]`` of intervene policies on the same trained
+    model (``null``: every policy minus ``random`` when the grid has it)."""
+
+    models: list[list[str]] = field(default_factory=list)
+    policies: list[list[str]] | None = None
+
+    def check(self, models: dict[str, Any], policies: list[str]) -> None:
+        for where, pairs, have in (("models", self.models, list(models)), ("policies", self.policies or [], policies)):
+            for pair in pairs:
+                if len(pair) != 2 or pair[0] == pair[1]:
+                    raise ValueError(f"compare.{where}: each entry is a pair of two different names [a, b], got {pair}")
+                unknown = [n for n in pair if n not in have]
+                if unknown:
+                    raise ValueError(f"compare.{where}: unknown {unknown} (the experiment has {have})")
+
+    def policy_pairs(self, policies: list[str]) -> list[list[str]]:
+        if self.policies is not None:
+            return [list(p) for p in self.policies]
+        return [[p, "random"] for p in policies if p != "random"] if "random" in policies else []
+
+
+@dataclass
 class ExperimentConfig:
     """Typed schema of ``conf/experiment.yaml`` merged with a preset."""
 
@@ -78,7 +117,8 @@ class ExperimentConfig:
     #: Where every cell's run lives; stable per experiment, so a rerun skips finished cells.
     output_dir: str = "experiments"
     cache_dir: str | None = ".cache/cbm"
-    seeds: list[int] = field(default_factory=lambda: [0])
+    #: Seeds of every cell: a count (``seeds=10``: 0..9) or a list (``'seeds=[0,3,7]'``).
+    seeds: Any = field(default_factory=lambda: [0])
     #: Training cells run side by side (each gets cores // jobs threads).
     jobs: int = 1
     #: How a cell starts: ``fork`` from one interpreter that imported torch and Lightning once (a
@@ -97,6 +137,8 @@ class ExperimentConfig:
     select: Select = field(default_factory=Select)
     intervene: InterveneStage | None = None
     automate: AutomateStage | None = None
+    #: Paired differences over seeds shown in the report (Gain is always paired with its black box).
+    compare: Compare = field(default_factory=Compare)
     #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``.
     paper: dict[str, Any] = field(default_factory=dict)
     #: Also log the report to Weights & Biases (offline unless WANDB_MODE says otherwise).
@@ -113,8 +155,7 @@ class ExperimentConfig:
                 check_component(n, where)
                 if not NAME.match(str(n)):
                     raise ValueError(f"{where}: '{n}' is not usable as a directory name (letters, digits, _ . -)")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
-            raise ValueError(f"seeds must be distinct integers >= 0, got {self.seeds}")
+        self.seeds = resolve_seeds(self.seeds)
         if self.launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {list(LAUNCHERS)}, got '{self.launcher}'")
         if self.jobs < 1:
@@ -131,6 +172,8 @@ class ExperimentConfig:
             raise ValueError("select: nothing left to run")
         if self.blackbox is not None and self.blackbox not in self.models:
             self.blackbox = None  # not run here: no Gain column
+        self.compare.models = [p for p in self.compare.models if all(n in self.models for n in p) or not self.select.models]
+        self.compare.check(self.models, self.intervene.policy if self.intervene else [])
 
 
 def validate(cfg: DictConfig | dict) -> ExperimentConfig:

@@ -1,16 +1,17 @@
 """Comparison figures of an experiment: accuracy vs k per architecture (black box as a line),
-NWA vs k, risk-coverage per architecture, Gain vs the swept setting. Drawn on matplotlib's Agg
-canvas (the global backend is never changed) and written atomically."""
+NWA vs k, risk-coverage per architecture, Gain vs the swept setting. Every curve is the mean over
+seeds with a band of ± one standard error (error bars on categorical axes) where there are several
+seeds. Drawn on matplotlib's Agg canvas (the global backend is never changed) and written atomically."""
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from cbm.experiments.stats import summarise
 from cbm.experiments.tables import ARCH_ORDER, k_label
 from synthetic.atomic import savefig_atomic
 
@@ -22,6 +23,29 @@ def _figure(n_panels: int, width: float = 4.2, height: float = 3.6) -> tuple[Fig
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, n_panels, squeeze=False)[0]
     return fig, list(axes)
+
+
+#: Opacity of the ± SE bands.
+BAND_ALPHA = 0.18
+
+
+def curve_with_band(ax, xs: list[float], values: list[list[float]], scale: float = 100.0, **kw) -> None:
+    """Plot the mean of each ``values[i]`` at ``xs[i]`` with a ± SE band where there are several."""
+    stats = [summarise(v) for v in values]
+    means = [scale * s.mean for s in stats]
+    (line,) = ax.plot(xs, means, **kw)
+    if any(s.se is not None for s in stats):
+        se = [scale * (s.se or 0.0) for s in stats]
+        ax.fill_between(xs, [m - e for m, e in zip(means, se)], [m + e for m, e in zip(means, se)], color=line.get_color(),
+                        alpha=BAND_ALPHA, linewidth=0)  # fmt: skip
+
+
+def hline_with_band(ax, values: list[float], label: str, scale: float = 100.0) -> None:
+    """A horizontal reference line (e.g. the black box) at the mean, with its ± SE band."""
+    s = summarise(values)
+    ax.axhline(scale * s.mean, color="black", linestyle="--", linewidth=1, label=label)
+    if s.se is not None:
+        ax.axhspan(scale * (s.mean - s.se), scale * (s.mean + s.se), color="black", alpha=BAND_ALPHA / 2, linewidth=0)
 
 
 def _positions(labels: list[str]) -> dict[str, int]:
@@ -57,10 +81,10 @@ def accuracy_vs_k(cells: list[dict[str, Any]], setting: str, path: Path, interve
             pts = curves[policy, model]
             pos = _positions(list(pts))
             xs = sorted(pts, key=lambda k: pos[k])
-            ax.plot([pos[k] for k in xs], [100 * statistics.fmean(pts[k]) for k in xs], marker=MARKERS[n % len(MARKERS)], label=model)
+            curve_with_band(ax, [pos[k] for k in xs], [pts[k] for k in xs], marker=MARKERS[n % len(MARKERS)], label=model)
             ax.set_xticks([pos[k] for k in xs], xs)
         if bb:
-            ax.axhline(100 * statistics.fmean(bb.values()), color="black", linestyle="--", linewidth=1, label="black box")
+            hline_with_band(ax, list(bb.values()), "black box")
         ax.set_title(f"{intervener} / {policy}", fontsize=9)
         ax.set_xlabel("budget k")
         ax.grid(alpha=0.3)
@@ -95,7 +119,7 @@ def automation_figure(cells: list[dict[str, Any]], setting: str, path: Path) -> 
         pts = nwa[model]
         pos = _positions(list(pts))
         xs = sorted(pts, key=lambda k: pos[k])
-        ax_n.plot([pos[k] for k in xs], [100 * statistics.fmean(pts[k]) for k in xs], marker=MARKERS[n % len(MARKERS)], label=model)
+        curve_with_band(ax_n, [pos[k] for k in xs], [pts[k] for k in xs], marker=MARKERS[n % len(MARKERS)], label=model)
     ax_n.axhline(0, color="grey", linewidth=0.8)
     ax_n.set_xlabel("budget k (max = every concept)")
     ax_n.set_ylabel("NetWorkAutomated (%)")
@@ -129,7 +153,9 @@ def gain_vs_setting(cells: list[dict[str, Any]], settings: list[str], path: Path
     fig, (ax,) = _figure(1, width=max(4.5, 1.2 * len(settings)))
     for n, model in enumerate(sorted(gains, key=lambda m: (ARCH_ORDER.get(m, 9), m))):
         xs = [i for i, s in enumerate(settings) if s in gains[model]]
-        ax.plot(xs, [100 * statistics.fmean(gains[model][settings[i]]) for i in xs], marker=MARKERS[n % len(MARKERS)], label=model)
+        st = [summarise(gains[model][settings[i]]) for i in xs]
+        ax.errorbar(xs, [100 * s.mean for s in st], yerr=[100 * (s.se or 0.0) for s in st], marker=MARKERS[n % len(MARKERS)],
+                    capsize=3, label=model)  # fmt: skip
     ax.set_xticks(range(len(settings)), settings, rotation=20, fontsize=8)
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_ylabel("Gain at k = max, oracle (points)")

@@ -30,6 +30,7 @@ from cbm.experiments.common import (
 from cbm.experiments.tables import (
     automation_rows,
     intervention_rows,
+    paired_rows,
     read_json,
     render,
     run_config,
@@ -120,6 +121,22 @@ def time_table(root: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any
     return rows, ["part", "seconds"]
 
 
+#: How to read the numbers of every table (printed under the report's title).
+SEEDS_NOTE = ("Accuracies in %: mean ± standard error over the `seeds` column's seeds (one seed: the value alone). "
+              "Paired differences: the mean of the per-seed differences and its 95% t interval; "
+              "`resolved`: the interval excludes 0.")  # fmt: skip
+
+
+def comparisons(cfg: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The model pairs and policy pairs an experiment's config asks the report to compare."""
+    from cbm.config.experiment import Compare
+
+    raw = cfg.get("compare") or {}
+    compare = Compare(models=[list(p) for p in raw.get("models") or []], policies=raw.get("policies"))
+    policies = list((cfg.get("intervene") or {}).get("policy") or [])
+    return compare.models, compare.policy_pairs(policies)
+
+
 def write_experiment_report(root: str | Path) -> str:
     """report.md / report.json / one CSV per table / figures/ of a cbm-experiment directory; the
     markdown text."""
@@ -139,17 +156,19 @@ def write_experiment_report(root: str | Path) -> str:
     inter = _cells(root, manifest, "intervene", "results.json")
     auto = _cells(root, manifest, "automate", "automation.json")
     tables = {"training": training_rows(runs) if runs else ([], []),
-              "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper)}  # fmt: skip
+              "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
+              "paired differences": paired_rows(inter, *comparisons(cfg))}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]
     head = [f"# {manifest.get('name', root.name)}", "", manifest.get("description", ""), "",
             f"{sum(c['status'] == 'done' for c in cells)} of {len(cells)} cells finished"
-            + (f"; wall time of the last invocation {manifest['wall_s']:.0f} s" if manifest.get("wall_s") else "") + "."]  # fmt: skip
+            + (f"; wall time of the last invocation {manifest['wall_s']:.0f} s" if manifest.get("wall_s") else "") + ".",
+            "", SEEDS_NOTE]  # fmt: skip
     parts = ["\n".join(head) + "\n"]
     for name, (rows, cols) in tables.items():
         if rows:
             parts.append(render(name.capitalize(), rows, cols))
-            write_csv_atomic(root / f"{name}.csv", rows, cols)
+            write_csv_atomic(root / f"{name.replace(' ', '_')}.csv", rows, cols)
     if unfinished:
         parts.append(render("Cells not finished", unfinished, ["cell", "status", "why"]))
     parts.append(render("Where the time went", *time_table(root, manifest)))

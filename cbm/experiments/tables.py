@@ -1,7 +1,7 @@
 """The tables of an experiment (``cbm-experiment``'s report) and of any sweep of ``cbm-train`` runs.
 
 Rows are read from the runs' own files (``metrics.json``, ``results.json``, ``automation.json``),
-averaged over seeds (mean ± std), with the swept settings as columns, Gain against the paired black
+summarised over seeds (mean ± standard error, and n), with the swept settings as columns, Gain against the paired black
 box, the paper's numbers beside ours where the preset names them, and ``n/a`` rows (with the reason)
 for parts of the grid that could not run.
 """
@@ -9,11 +9,10 @@ for parts of the grid that could not run.
 from __future__ import annotations
 
 import json
-import statistics
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from cbm.experiments.stats import mean_se, paired, paired_text
 from synthetic.tables import markdown_table
 
 #: Config keys that locate or label a run rather than define it (never a "swept setting").
@@ -67,16 +66,6 @@ def run_config(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def mean_std(values: Iterable[float | None], scale: float = 100.0, signed: bool = False) -> str:
-    """``"99.10 ± 0.20"`` over seeds (``"99.10"`` for one; ``"n/a"`` when none)."""
-    vals = [scale * v for v in values if v is not None]
-    if not vals:
-        return "n/a"
-    fmt = "+.2f" if signed else ".2f"
-    m = format(statistics.fmean(vals), fmt)
-    return m if len(vals) == 1 else f"{m} ± {statistics.stdev(vals):.2f}"
-
-
 def k_label(k: int, m: int) -> str:
     return "max" if m and k == m else str(k)
 
@@ -103,10 +92,10 @@ def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         row["model"] = rs[0]["model"] + (f" ({rs[0]['training']})" if rs[0].get("training") and rs[0]["model"] != "blackbox" else "")
         row.update({k: "" if flat.get(k) is None else str(flat.get(k)) for k in swept})
         row["seeds"] = len(rs)
-        row["task acc"] = mean_std(r.get("test/task_acc") for r in rs)
-        row["concept acc"] = mean_std(r.get("test/concept_acc") for r in rs)
+        row["task acc"] = mean_se(r.get("test/task_acc") for r in rs)
+        row["concept acc"] = mean_se(r.get("test/concept_acc") for r in rs)
         for k in ks:
-            row[f"oracle k={k}"] = mean_std(oracle(r).get(k) for r in rs)
+            row[f"oracle k={k}"] = mean_se(oracle(r).get(k) for r in rs)
         rows.append(row)
     cols = [c for c in rows[0]] if rows else []
     for row in rows:
@@ -117,34 +106,27 @@ def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
 # ----------------------------------------------------------------------------- interventions
 def intervention_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """Wide rows: accuracy and Gain at every budget per (setting, model, intervener, policy)."""
-    acc: dict[tuple, dict[str, list[float]]] = {}
-    gain: dict[tuple, dict[str, list[float]]] = {}
-    bb: dict[str, dict[int, float]] = {}  # setting -> seed -> black-box accuracy
-    labels: list[str] = []
+    seeded, bb, labels = by_seed(cells)
+    acc: dict[tuple, dict[str, list[float]]] = {}  # (setting, model, intervener, policy) -> label -> values
+    gain: dict[tuple, dict[str, list[float]]] = {}  # the same, accuracy - the same seed's black box
+    for (setting, model, iv, pol, lab), vals in seeded.items():
+        acc.setdefault((setting, model, iv, pol), {})[lab] = list(vals.values())
+        if setting in bb:
+            paired_bb = [v - bb[setting][s] for s, v in vals.items() if s in bb[setting]]
+            gain.setdefault((setting, model, iv, pol), {})[lab] = paired_bb
     na: dict[tuple, str] = {}
     for cell in cells:
         res = cell["_results"]
-        m = len(res.get("meta", {}).get("concepts", []))
-        if res.get("blackbox_accuracy") is not None:
-            bb.setdefault(cell["setting"], {})[cell["seed"]] = res["blackbox_accuracy"]
-        for r in res["rows"]:
-            key = (cell["setting"], cell["model"], r["intervener"], r["policy"])
-            lab = k_label(r["k"], m)
-            if lab not in labels:
-                labels.append(lab)
-            acc.setdefault(key, {}).setdefault(lab, []).append(r["accuracy"])
-            if r.get("gain") is not None:
-                gain.setdefault(key, {}).setdefault(lab, []).append(r["gain"])
         for name, why in (cell.get("skipped") or {}).items():
             for pol in res.get("meta", {}).get("config", {}).get("policy", {}):
                 na[(cell["setting"], cell["model"], name, pol)] = why
-    labels.sort(key=lambda s: (s == "max", int(s) if s.isdigit() else 0))
     paper_t = paper.get("interventions", {})
     rows: list[dict[str, Any]] = []
     for setting in dict.fromkeys(k[0] for k in [*acc, *na]):
         if setting in bb:
-            row = {"setting": setting, "model": "blackbox", "intervener": "", "policy": "", **{f"acc k={k}": "" for k in labels}}
-            row["acc k=0"] = mean_std(bb[setting].values())
+            row = {"setting": setting, "model": "blackbox", "intervener": "", "policy": "", "seeds": len(bb[setting]),
+                   **{f"acc k={k}": "" for k in labels}}  # fmt: skip
+            row["acc k=0"] = mean_se(bb[setting].values())
             rows.append(_with_paper(row, paper_t.get(setting, {}).get("blackbox", {})))
         keys = sorted([k for k in [*acc, *na] if k[0] == setting], key=lambda k: (ARCH_ORDER.get(k[1], 9), k[1], k[2], k[3]))
         for key in dict.fromkeys(keys):
@@ -153,16 +135,73 @@ def intervention_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tup
                 row.update({f"acc k={k}": "n/a" for k in labels})
                 row["note"] = na[key]
             else:
-                row.update({f"acc k={k}": mean_std(acc[key].get(k, [])) for k in labels})
+                row["seeds"] = max(len(v) for v in acc[key].values())
+                row.update({f"acc k={k}": mean_se(acc[key].get(k, [])) for k in labels})
                 if key in gain:
-                    row.update({f"Gain k={k}": mean_std(gain[key].get(k, []), signed=True) for k in labels})
+                    row.update({f"Gain k={k}": mean_se(gain[key].get(k, []), signed=True) for k in labels})
             if key[2] == "oracle" and key[3] == "random":  # the paper's numbers are oracle interventions
                 row = _with_paper(row, paper_t.get(setting, {}).get(key[1], {}))
             rows.append(row)
-    cols = ["setting", "model", "intervener", "policy", *[f"acc k={k}" for k in labels]]
+    cols = ["setting", "model", "intervener", "policy", "seeds", *[f"acc k={k}" for k in labels]]
     if gain:
         cols += [f"Gain k={k}" for k in labels]
     cols += sorted({c for r in rows for c in r if c.startswith("paper ")}) + (["note"] if na else [])
+    return rows, cols
+
+
+# ----------------------------------------------------------------------------- paired differences
+def by_seed(cells: list[dict[str, Any]]) -> tuple[dict[tuple, dict[int, float]], dict[str, dict[int, float]], list[str]]:
+    """Intervention accuracies ``(setting, model, intervener, policy, k label) -> {seed: acc}``, the
+    black boxes ``setting -> {seed: acc}`` and the budget labels in order."""
+    acc: dict[tuple, dict[int, float]] = {}
+    bb: dict[str, dict[int, float]] = {}
+    labels: list[str] = []
+    for cell in cells:
+        res = cell["_results"]
+        m = len(res.get("meta", {}).get("concepts", []))
+        if res.get("blackbox_accuracy") is not None:
+            bb.setdefault(cell["setting"], {})[cell["seed"]] = res["blackbox_accuracy"]
+        for r in res["rows"]:
+            lab = k_label(r["k"], m)
+            labels += [lab] if lab not in labels else []
+            acc.setdefault((cell["setting"], cell["model"], r["intervener"], r["policy"], lab), {})[cell["seed"]] = r["accuracy"]
+    labels.sort(key=lambda s: (s == "max", int(s) if s.isdigit() else 0))
+    return acc, bb, labels
+
+
+def paired_rows(cells: list[dict[str, Any]], model_pairs: list[list[str]], policy_pairs: list[list[str]],
+                ) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Paired differences over seeds, each the mean of the per-seed differences with its 95% t
+    interval: Gain (model - its black box) at k = 0 and k = max, every policy pair at the budgets
+    between, every model pair at k = 0 and k = max. ``resolved``: the interval excludes 0."""
+    acc, bb, labels = by_seed(cells)
+    ends = [k for k in ("0", "max") if k in labels]
+    inner = [k for k in labels if k not in ("0", "max")]
+    rows: list[dict[str, Any]] = []
+
+    def add(what: str, setting: str, model: str, intervener: str, policy: str, k: str, a: dict, b: dict) -> None:
+        p = paired(a, b)
+        if p is not None:
+            rows.append({"comparison": what, "setting": setting, "model": model, "intervener": intervener, "policy": policy,
+                         "k": k, "difference (points) [95% CI]": paired_text(p), "seeds": p.n,
+                         "resolved": "yes" if p.excludes_zero else ("no" if p.low is not None else "")})  # fmt: skip
+
+    keys = sorted({key[:4] for key in acc}, key=lambda t: (t[0], ARCH_ORDER.get(t[1], 9), *t[1:]))
+    for setting, model, iv, pol in keys:
+        if setting in bb:
+            for k in ends:
+                add("Gain (model - black box)", setting, model, iv, pol, k, acc.get((setting, model, iv, pol, k), {}), bb[setting])
+    for a, b in policy_pairs:
+        for setting, model, iv in dict.fromkeys(key[:3] for key in keys):
+            for k in inner:
+                add(f"policy {a} - {b}", setting, model, iv, "", k, acc.get((setting, model, iv, a, k), {}),
+                    acc.get((setting, model, iv, b, k), {}))  # fmt: skip
+    for a, b in model_pairs:
+        for setting, iv, pol in dict.fromkeys((key[0], key[2], key[3]) for key in keys):
+            for k in ends:
+                add(f"model {a} - {b}", setting, "", iv, pol, k, acc.get((setting, a, iv, pol, k), {}),
+                    acc.get((setting, b, iv, pol, k), {}))  # fmt: skip
+    cols = ["comparison", "setting", "model", "intervener", "policy", "k", "difference (points) [95% CI]", "seeds", "resolved"]
     return rows, cols
 
 
@@ -191,9 +230,9 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     kpos = {lab: i for i, lab in enumerate(sorted({k[2] for k in order}, key=lambda s: (s == "max", int(s) if s.isdigit() else 0)))}
     for key in sorted(order, key=lambda k: (settings.index(k[0]), ARCH_ORDER.get(k[1], 9), k[1], kpos[k[2]])):
         rs = groups[key]
-        row = {"setting": key[0], "model": key[1], "k": key[2],
-               "coverage before %": mean_std(r["coverage_before"] for r in rs), "coverage %": mean_std(r["coverage"] for r in rs),
-               "sel. acc %": mean_std(r["selective_acc"] for r in rs), "NWA %": mean_std((r["nwa"] for r in rs), signed=True)}  # fmt: skip
+        row = {"setting": key[0], "model": key[1], "k": key[2], "seeds": len(rs),
+               "coverage before %": mean_se(r["coverage_before"] for r in rs), "coverage %": mean_se(r["coverage"] for r in rs),
+               "sel. acc %": mean_se(r["selective_acc"] for r in rs), "NWA %": mean_se((r["nwa"] for r in rs), signed=True)}  # fmt: skip
         notes = sorted({r["note"] for r in rs if r.get("note")})
         if notes:
             row["note"] = notes[0]
@@ -201,7 +240,7 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
         if f"NWA k={key[2]}" in p:
             row["paper NWA %"] = f"{p[f'NWA k={key[2]}']:+.1f}"
         rows.append(row)
-    cols = ["setting", "model", "k", "coverage before %", "coverage %", "sel. acc %", "NWA %"]
+    cols = ["setting", "model", "k", "seeds", "coverage before %", "coverage %", "sel. acc %", "NWA %"]
     cols += [c for c in ("paper NWA %", "note") if any(c in r for r in rows)]
     return rows, cols
 

@@ -16,7 +16,8 @@ from cbm.experiments import experiment
 from cbm.experiments.cli import compose_plain, precheck
 from cbm.experiments.common import CONF_DIR
 from cbm.experiments.plan import plan
-from cbm.experiments.tables import automation_rows, intervention_rows, mean_std, swept_keys, training_rows
+from cbm.experiments.stats import mean_se
+from cbm.experiments.tables import automation_rows, intervention_rows, paired_rows, swept_keys, training_rows
 
 PRESETS = sorted(p.stem for p in (Path(CONF_DIR) / "experiment").glob("*.yaml"))
 
@@ -98,9 +99,10 @@ def test_cell_state_done_changed_resume(tmp_path):
     assert plan(other)[1].state() == "changed"
 
 
-def test_mean_std_and_swept_keys():
-    assert mean_std([0.99, 0.97]) == "98.00 ± 1.41" and mean_std([0.5]) == "50.00" and mean_std([None]) == "n/a"
-    assert mean_std([-0.1], signed=True) == "-10.00"
+def test_mean_se_and_swept_keys():
+    # stdev of (99, 97) is 1.414, the standard error over two seeds 1.414 / sqrt(2) = 1.00
+    assert mean_se([0.99, 0.97]) == "98.00 ± 1.00" and mean_se([0.5]) == "50.00" and mean_se([None]) == "n/a"
+    assert mean_se([-0.1], signed=True) == "-10.00"
     runs = [{"data": {"concept_noise": n, "n_test": 10}, "model": {"name": "cbm", "lr": 1}, "seed": s, "output_dir": f"r{s}{n}"}
             for n in (0.0, 0.2) for s in (0, 1)]  # fmt: skip
     runs.append({"data": {"concept_noise": 0.0, "n_test": 10}, "model": {"name": "blackbox", "lr": 2}, "seed": 0, "output_dir": "x"})
@@ -118,7 +120,7 @@ def test_training_rows_average_seeds_with_swept_columns():
     rows, cols = training_rows(runs)
     assert cols[:4] == ["model", "data.concept_noise", "seeds", "task acc"] and cols[-1] == "oracle k=max"
     assert [(r["data.concept_noise"], r["task acc"], r["oracle k=max"]) for r in rows] == [
-        ("0.0", "85.00 ± 7.07", "100.00 ± 0.00"), ("0.2", "70.00 ± 0.00", "100.00 ± 0.00")]
+        ("0.0", "85.00 ± 5.00", "100.00 ± 0.00"), ("0.2", "70.00 ± 0.00", "100.00 ± 0.00")]
 
 
 def cell(setting, model, seed, rows, bb=None, skipped=None):
@@ -133,11 +135,45 @@ def test_intervention_rows_gain_paper_and_na():
     why = "no LLM client configured"
     cells = [cell("true", "cbm", s, [r(0, 0.8 + s / 10, 0.85), r(3, 1.0, 0.85)], bb=0.85, skipped={"llm": why}) for s in (0, 1)]
     rows, cols = intervention_rows(cells, {"interventions": {"true": {"cbm": {"k=0": 85.1}, "blackbox": {"k=0": 87.5}}}})
-    assert cols == ["setting", "model", "intervener", "policy", "acc k=0", "acc k=max", "Gain k=0", "Gain k=max", "paper k=0", "note"]
+    assert cols == ["setting", "model", "intervener", "policy", "seeds", "acc k=0", "acc k=max", "Gain k=0", "Gain k=max", "paper k=0", "note"]
     bb, llm, cbm = rows  # interveners in name order
-    assert (bb["model"], bb["acc k=0"], bb["paper k=0"]) == ("blackbox", "85.00 ± 0.00", "87.5")
-    assert (cbm["acc k=0"], cbm["Gain k=0"], cbm["Gain k=max"], cbm["paper k=0"]) == ("85.00 ± 7.07", "+0.00 ± 7.07", "+15.00 ± 0.00", "85.1")
+    assert (bb["model"], bb["seeds"], bb["acc k=0"], bb["paper k=0"]) == ("blackbox", 2, "85.00 ± 0.00", "87.5")
+    assert (cbm["seeds"], cbm["acc k=0"], cbm["Gain k=0"], cbm["Gain k=max"], cbm["paper k=0"]) == (2, "85.00 ± 5.00", "+0.00 ± 5.00", "+15.00 ± 0.00", "85.1")
     assert (llm["intervener"], llm["acc k=max"], llm["note"]) == ("llm", "n/a", why)
+
+
+def test_paired_rows_use_per_seed_differences_with_t_intervals():
+    def r(policy, k, acc):
+        return {"intervener": "oracle", "policy": policy, "k": k, "accuracy": acc, "gain": None}
+
+    # Three seeds: the black box moves with the seed (0.80, 0.90, 0.85) and the model moves with it, 0.05
+    # above it at k=0, so the unpaired spread is large but every per-seed Gain is exactly +5 points.
+    bbs = {0: 0.80, 1: 0.90, 2: 0.85}
+    cells = [cell("true", "cbm", s, [r("random", 0, b + 0.05), r("random", 1, b + 0.06 + s / 100), r("random", 3, 1.0),
+                                     r("unc", 0, b + 0.05), r("unc", 1, b + 0.10), r("unc", 3, 1.0)], bb=b)
+             for s, b in bbs.items()]  # fmt: skip
+    cells += [cell("true", "aligned", s, [r("random", 0, b), r("random", 3, b)], bb=b) for s, b in bbs.items()]
+    rows, cols = paired_rows(cells, [["aligned", "cbm"]], [["unc", "random"]])
+    assert cols[-3:] == ["difference (points) [95% CI]", "seeds", "resolved"]
+    got = {(r["comparison"], r["model"], r["policy"], r["k"]): (r["difference (points) [95% CI]"], r["seeds"], r["resolved"]) for r in rows}
+    assert got["Gain (model - black box)", "cbm", "random", "0"] == ("+5.00 [+5.00, +5.00]", 3, "yes")
+    # policy unc - random at k=1: per seed +4, +3, +2 points: mean 3, SE 1/sqrt(3), t(0.975, 2) = 4.303
+    half = 4.302653 * 1.0 / 3**0.5
+    assert got["policy unc - random", "cbm", "", "1"] == (f"+3.00 [{3 - half:+.2f}, {3 + half:+.2f}]", 3, "yes")
+    assert got["model aligned - cbm", "", "random", "0"] == ("-5.00 [-5.00, -5.00]", 3, "yes")
+    assert got["model aligned - cbm", "", "random", "max"][0].startswith("-")
+    one = paired_rows(cells[:1] + cells[3:4], [["aligned", "cbm"]], [])[0]
+    assert {r["difference (points) [95% CI]"] for r in one if r["comparison"].startswith("model")} == {"-5.00", "-20.00"}
+    assert {r["resolved"] for r in one} == {""}  # one seed: no interval
+
+
+def test_seeds_as_a_count_or_a_list(tmp_path):
+    assert typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", "seeds=3").seeds == [0, 1, 2]
+    assert typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", "seeds=[4,2]").seeds == [4, 2]
+    assert typed("+experiment=alignment", f"output_dir={tmp_path}").compare.models == [["cbm_aligned", "cbm"]]
+    for bad in ("seeds=0", "seeds=[1,1]", "seeds=abc", "compare.models=[[cbm,nope]]", "compare.policies=[[random]]"):
+        with pytest.raises(ConfigError):
+            typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", bad)
 
 
 def test_automation_rows_keep_failed_calibrations_as_na():
