@@ -8,6 +8,11 @@ over a black-box accuracy when one is given, mean number of concepts requested p
 example, fraction of examples requesting any. Runs under ``torch.no_grad`` on the
 model's device.
 
+Per concept (``ResultsGrid.concept_stats``, stored in ``results.json`` under ``concept_stats``): the
+detector's accuracy (``probs > 0.5`` against the true concepts the oracle uses) and, per (intervener,
+policy, k), how often the concept was requested and how often the intervener's value on it was right:
+an intervention helps only where the intervener is right on what the model asks.
+
 >>> grid = run_grid(model, loader, {"oracle": OracleIntervener()},
 ...                 {"random": RandomPolicy(0)}, ks=[0, 1, 2])     # doctest: +SKIP
 >>> grid.save(out_dir)  # results.csv, results.json, accuracy_vs_k.png   # doctest: +SKIP
@@ -27,7 +32,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from cbm.interventions.interveners.base import Batch, Intervener
+from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
 from synthetic.atomic import write_csv_atomic, write_json_atomic
 from synthetic.tables import markdown_table
@@ -82,6 +87,10 @@ class ResultsGrid:
     meta: dict[str, Any] = field(default_factory=dict)
     #: With ``per_example``: ``(intervener, policy, k) -> {mask, pred, y, n_requested[, idx]}``.
     examples: dict[tuple[str, str, int], dict[str, Tensor]] = field(default_factory=dict)
+    #: Per-concept statistics (``None`` in results written before they existed, or when the batches'
+    #: true concepts do not match the model's): ``names``, ``n_examples``, ``detector_accuracy`` ``[m]``
+    #: and ``rows`` of ``{intervener, policy, k, requested [m], correct [m]}`` (counts over examples).
+    concept_stats: dict[str, Any] | None = None
 
     def row(self, intervener: str, policy: str, k: int) -> dict[str, Any]:
         for r in self.rows:
@@ -99,7 +108,12 @@ class ResultsGrid:
     def with_blackbox(self, accuracy: float | None) -> ResultsGrid:
         """The grid with ``gain = accuracy - accuracy`` of the black box filled in."""
         rows = [{**r, "gain": None if accuracy is None else r["accuracy"] - accuracy} for r in self.rows]
-        return ResultsGrid(rows, accuracy, dict(self.meta), self.examples)
+        return ResultsGrid(rows, accuracy, dict(self.meta), self.examples, self.concept_stats)
+
+    def concept_rows(self) -> list[dict[str, Any]]:
+        """:attr:`concept_stats` in long form: one ``{intervener, policy, k, concept, requested, correct,
+        detector_accuracy}`` per concept and grid row (``[]`` without statistics)."""
+        return concept_rows(self.concept_stats)
 
     def table(self) -> str:
         """Markdown table (accuracies and gains in %)."""
@@ -114,12 +128,16 @@ class ResultsGrid:
         return write_csv_atomic(path, self.rows, COLUMNS)
 
     def to_json(self, path: str | Path) -> Path:
-        return write_json_atomic(path, {"rows": self.rows, "blackbox_accuracy": self.blackbox_accuracy, "meta": self.meta})
+        obj = {"rows": self.rows, "blackbox_accuracy": self.blackbox_accuracy, "meta": self.meta}
+        if self.concept_stats is not None:
+            obj["concept_stats"] = self.concept_stats
+        return write_json_atomic(path, obj)
 
     @classmethod
     def from_json(cls, path: str | Path) -> ResultsGrid:
         obj = json.loads(Path(path).read_text())
-        return cls(obj["rows"], obj.get("blackbox_accuracy"), obj.get("meta", {}))
+        stats = obj.get("concept_stats")  # absent in results written before per-concept statistics
+        return cls(obj["rows"], obj.get("blackbox_accuracy"), obj.get("meta", {}), concept_stats=stats)
 
     def save(self, out_dir: str | Path, plot: bool = True) -> dict[str, Path]:
         """Write ``results.csv``, ``results.json`` (and ``accuracy_vs_k.png``) into ``out_dir``."""
@@ -133,6 +151,71 @@ class ResultsGrid:
             torch.save({"/".join(map(str, key)): v for key, v in self.examples.items()}, out / "per_example.pt")
             paths["per_example"] = out / "per_example.pt"
         return paths
+
+
+def concept_rows(stats: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Per-concept statistics (``results.json``'s ``concept_stats``) in long form, one row per concept
+    and (intervener, policy, k); ``[]`` for results without them."""
+    if not stats:
+        return []
+    names, det = stats["names"], stats["detector_accuracy"]
+    return [
+        {"intervener": r["intervener"], "policy": r["policy"], "k": r["k"], "concept": name, "requested": req,
+         "correct": ok, "detector_accuracy": d}
+        for r in stats["rows"]
+        for name, req, ok, d in zip(names, r["requested"], r["correct"], det)
+    ]  # fmt: skip
+
+
+class ConceptCounter:
+    """Per-concept counts of a grid, accumulated batch by batch on the model's device (vectorised
+    over the batch): detector hits, and per (intervener, policy, k) requests and right answers."""
+
+    def __init__(self, names: Sequence[str], device: torch.device):
+        self.names = list(names)
+        self.device = device
+        self.n = 0
+        self.detector = torch.zeros(len(self.names), dtype=torch.long, device=device)
+        self.requested: dict[tuple[str, str, int], Tensor] = {}
+        self.correct: dict[tuple[str, str, int], Tensor] = {}
+        self.truth: Tensor | None = None
+
+    def batch(self, batch: Batch, state) -> bool:
+        """Start a batch: its true concepts (``False``, and no statistics at all, when they do not
+        match the model's concepts, e.g. a checkpoint of another concept set)."""
+        truth = true_concepts(batch) if "c" in batch or "c_clean" in batch else None
+        if truth is None or tuple(truth.shape) != tuple(state.probs.shape):
+            self.truth = None
+            return False
+        self.truth = truth.to(state.probs.device) > THRESHOLD
+        self.detector += ((state.probs > THRESHOLD) == self.truth).sum(0)
+        self.n += len(self.truth)
+        return True
+
+    def add(self, combo: tuple[str, str, int], mask: Tensor, values: Tensor | None) -> None:
+        """Requests ``mask`` and the intervener's ``values`` (``None``: nothing was requested)."""
+        zero = torch.zeros(len(self.names), dtype=torch.long, device=self.device)
+        self.requested[combo] = self.requested.get(combo, zero) + mask.sum(0)
+        right = zero if values is None else (mask & ((values > THRESHOLD) == self.truth)).sum(0)
+        self.correct[combo] = self.correct.get(combo, zero) + right
+
+    def to_dict(self, combos: Sequence[tuple[str, str, int]]) -> dict[str, Any]:
+        """The ``concept_stats`` of ``results.json`` (counts as integers, one row per combination)."""
+        zero = [0] * len(self.names)
+
+        def counts(d: dict[tuple[str, str, int], Tensor], c: tuple[str, str, int]) -> list[int]:
+            return d[c].tolist() if c in d else zero
+
+        rows = [{"intervener": c[0], "policy": c[1], "k": c[2], "requested": counts(self.requested, c),
+                 "correct": counts(self.correct, c)} for c in combos]  # fmt: skip
+        det = (self.detector.double() / max(self.n, 1)).tolist()
+        return {"names": self.names, "n_examples": self.n, "detector_accuracy": det, "rows": rows}
+
+
+def concept_names(model, m: int) -> list[str]:
+    """The model's concept names (``info.concept_names``), else ``c0 .. c<m-1>``."""
+    names = list(getattr(getattr(model, "info", None), "concept_names", None) or [])
+    return names if len(names) == m else [f"c{j}" for j in range(m)]
 
 
 def apply_intervention(
@@ -199,6 +282,8 @@ def run_grid(
     frac = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     seconds = {c: 0.0 for c in combos}
     keep: dict[tuple[str, str, int], dict[str, list[Tensor]]] = {c: {} for c in combos} if per_example else {}
+    counter: ConceptCounter | None = None
+    stats_ok = True  # every batch had true concepts of the model's shape
     total = 0
     for batch in batches:
         batch = to_device(batch, device)
@@ -206,6 +291,8 @@ def run_grid(
         base_pred = model.predict(state).argmax(1)
         y = batch["y"]
         total += len(y)
+        counter = counter or ConceptCounter(concept_names(model, state.n_concepts), device)
+        stats_ok = counter.batch(batch, state) and stats_ok
         for pname in policies:
             t0 = time.perf_counter()
             shared = {id(pk) for pk in pol[pname].values()}
@@ -224,12 +311,15 @@ def run_grid(
                 frac[(pname, k)].update((n_req > 0).float())
                 for iname, intervener in interveners.items():
                     t1 = time.perf_counter()
+                    c = (iname, pname, k)
+                    values = None
                     if bool(mask.any()):
                         values = intervener(batch, state, mask)
                         pred = model.predict(model.intervene(state, mask, values)).argmax(1)
                     else:
                         pred = base_pred
-                    c = (iname, pname, k)
+                    if stats_ok:
+                        counter.add(c, mask, values)
                     acc[c].update(pred, y)
                     seconds[c] += t_policy + time.perf_counter() - t1
                     if per_example:
@@ -258,7 +348,9 @@ def run_grid(
             }
         )
     examples = {c: {key: torch.cat(v) for key, v in d.items()} for c, d in keep.items()}
-    return ResultsGrid(rows, blackbox_accuracy, {"ks": ks, "interveners": list(interveners), "policies": list(policies)}, examples)
+    meta = {"ks": ks, "interveners": list(interveners), "policies": list(policies)}
+    stats = counter.to_dict(combos) if stats_ok and counter is not None else None
+    return ResultsGrid(rows, blackbox_accuracy, meta, examples, stats)
 
 
 def read_blackbox_metrics(path: str | Path, split: str = "test", dataset: str | None = None) -> float:

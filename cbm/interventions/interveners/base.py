@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
 Batch = dict[str, "Tensor"]
 
+#: A concept probability (or an intervened value) above this reads as "present": the hard CBM's readout.
+THRESHOLD = 0.5
+
 
 @runtime_checkable
 class Intervener(Protocol):
