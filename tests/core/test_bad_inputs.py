@@ -105,6 +105,7 @@ INTERVENE = [
     (["checkpoint=FX/run", "policy.responsiveness.threshold=1"], "policy.responsiveness: threshold must be in [0, 1)"),
     (["checkpoint=FX/run", "policy.responsiveness.prior=psychic"], "prior must be 'independent' or 'empirical'"),
     (["checkpoint=FX/run", "+policy.random.nope=1"], "policy.random: Key 'nope' not in 'Config'"),
+    (["checkpoint=FX/run", "intervener=[self]", "+intervener.self.accuracy=0.9"], "intervener.self: Key 'accuracy' not in 'Config'"),
     (["checkpoint=FX/run", "policy.responsiveness.search=psychic"], "search must be one of"),
     (["checkpoint=FX/run", "intervener=[llm]"], "the llm intervener needs client"),
     (["checkpoint=FX/run", "ks=[]"], "ks must list at least one budget"),
