@@ -10,7 +10,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,vlm]'
+	$(PY) -m pip install -q -e '.[dev,vlm,data]'
 	touch $@
 
 ## Train the default model (CBM, robot images, true concepts) and print the results table.

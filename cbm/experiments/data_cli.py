@@ -2,6 +2,8 @@
 
     cbm-data info   data=robot data.concept_set=fine
     cbm-data export data=robot out=robot.npz
+    cbm-data export data=robot format=hf out=robot_hf          # datasets.load_from_disk("robot_hf")
+    cbm-data export data=robot format=parquet out=robot_pq     # robot_pq/<split>.parquet
     cbm-data show   data=sudoku_18px out=boards.png n=8
 """
 
@@ -20,24 +22,38 @@ from cbm.config.safe_paths import check_file_path
 from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
 from synthetic.atomic import save_npz_atomic, savefig_atomic
 from synthetic.base import SPLITS, SyntheticData
+from synthetic.export import DIR_FORMATS, FORMATS, check_out_dir, export_dataset, export_storage
 from synthetic.registry import data_config, load_data
 
 COMMANDS = ("info", "export", "show")
+#: zlib's highest compression level (PNG is lossless at every level).
+PNG_MAX_LEVEL = 9
 
 
 @dataclass
 class DataCliConfig:
     cache_dir: str | None = ".cache/cbm"
     out: str | None = None
-    split: str = "test"
+    split: str | None = None
     n: int = 16
     seed: int = 0
+    format: str = "npz"
+    chunk_rows: int = 4096
+    row_group_rows: int = 1024
+    png_compress_level: int = 6
 
     def __post_init__(self) -> None:
-        if self.split not in (*SPLITS, "all"):
+        if self.split is not None and self.split not in (*SPLITS, "all"):
             raise ValueError(f"split must be one of {[*SPLITS, 'all']}, got '{self.split}'")
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {list(FORMATS)}, got '{self.format}'")
+        for knob in ("chunk_rows", "row_group_rows"):
+            if getattr(self, knob) < 1:
+                raise ValueError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if not 0 <= self.png_compress_level <= PNG_MAX_LEVEL:
+            raise ValueError(f"png_compress_level must be in [0, {PNG_MAX_LEVEL}], got {self.png_compress_level}")
 
 
 def export_arrays(data: SyntheticData) -> dict[str, np.ndarray]:
@@ -104,13 +120,15 @@ HELP = f"""{USAGE}
 Inspect, export or look at a generated dataset (the same cache as cbm-train).
 
   info     split sizes, class balance and concept prevalence
-  export   out=FILE.npz: x, c, c_true, y, split, names, attributes (+ Sudoku boards)
+  export   out=FILE.npz: x, c, c_true, y, split, names, attributes (+ Sudoku boards);
+           format=hf out=DIR: a Hugging Face dataset (datasets.load_from_disk), images as lossless PNG;
+           format=parquet out=DIR: DIR/<split>.parquet; split=all (default) or one split
   show     out=FILE.png n=16 split=test seed=0: a grid of samples with their labels and concepts
 
 datasets (data=): DATASETS; any data.<key>=value of conf/data/<name>.yaml.
 examples:
   cbm-data info data=robot data.concept_set=fine
-  cbm-data export data=sudoku out=sudoku.npz
+  cbm-data export data=sudoku format=hf out=sudoku_hf
   cbm-data show data=sudoku_18px out=boards.png n=8"""
 
 
@@ -133,11 +151,26 @@ def run(argv: list[str]) -> None:
     except HydraException as err:  # unknown group option or key, bad override syntax
         fail("cbm-data", explain(err, overrides, "data_cli"))
     raw = OmegaConf.to_container(cfg, resolve=True)
-    data_cfg = data_config(raw.pop("data"))
+    data_cfg_raw = raw.pop("data")
+    data_cfg = data_config(data_cfg_raw)
     opts = to_dataclass(DataCliConfig, raw, "cbm-data")
-    if opts.out and command != "info":
+    to_dir = command == "export" and opts.format in DIR_FORMATS
+    if to_dir:  # before the data is made: a new or empty directory, or a previous export
+        check_out_dir(opts.out, opts.format)
+    elif opts.out and command != "info":
         check_file_path(opts.out, "out")  # before the data is made: a file name, not a directory
+    if command == "export" and not to_dir and opts.split not in (None, "all"):
+        raise ValueError(f"split={opts.split}: format=npz holds every split (format=hf or parquet export one)")
     if dry_run("cbm-data"):  # CBM_DRY_RUN=1: the command line is valid
+        return
+    if to_dir:
+        data = load_data(data_cfg, opts.cache_dir, storage=export_storage(data_cfg, opts.cache_dir))
+        written = export_dataset(
+            data, opts.out, opts.format, data_cfg_raw, opts.split, chunk_rows=opts.chunk_rows,
+            row_group_rows=opts.row_group_rows, png_compress_level=opts.png_compress_level,
+        )  # fmt: skip
+        sizes = ", ".join(f"{name} {n}" for name, n in written.items())
+        print(f"wrote {sum(written.values())} samples ({sizes}) to {opts.out} (format={opts.format})")
         return
     data = load_data(data_cfg, opts.cache_dir)
     if command == "info":
@@ -148,7 +181,8 @@ def run(argv: list[str]) -> None:
         save_npz_atomic(Path(opts.out), export_arrays(data))
         print(f"wrote {len(data.y)} samples to {opts.out}")
     else:
-        rows = data.indices(opts.split) if opts.split != "all" else np.arange(len(data.y))
+        split = opts.split or "test"
+        rows = data.indices(split) if split != "all" else np.arange(len(data.y))
         rng = np.random.default_rng(opts.seed)
         rows = np.sort(rng.choice(rows, size=min(opts.n, len(rows)), replace=False))
         out = Path(opts.out or f"{data_cfg.name}_samples.png")
