@@ -6,8 +6,9 @@ threshold, else deferred. For every ``k`` the report gives coverage before/after
 accuracy, rescued/deferred fractions, NetWorkAutomated (uniform and cost-weighted) and AURC.
 
 Writes into the Hydra run directory: ``automation.json`` (calibration, config, per-k results,
-risk–coverage curves), ``automation.csv`` (one row per ``k``), ``risk_coverage.png``; prints a
-markdown table.
+risk–coverage curves, and ``confidence``: histograms per true class of what the abstention rule
+thresholds, with the calibrated band), ``automation.csv`` (one row per ``k``), ``risk_coverage.png``;
+prints a markdown table.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ CSV_COLUMNS = [
 ]
 #: Most points stored per risk–coverage curve in automation.json.
 MAX_CURVE_POINTS = 500
+#: Equal-width bins on [0, 1] of the stored confidence histograms (automation.json's ``confidence``).
+HIST_BINS = 20
 
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig:
@@ -76,7 +79,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.evaluate import resolve_ks
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
-    from cbm.selective.automation import calibrate_model, run_automation
+    from cbm.selective.automation import calibrate_model, run_automation, score_split
     from cbm.selective.calibration import TargetUnreachable
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
@@ -117,7 +120,32 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
     curves = {"calib (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
-    return _report(model, cfg, costs, cal_dict, results, curves)
+    scored = {"calib": cal_scored, "test": score_split(model, dm.loader("test"), cfg.score)}
+    conf = confidence_histograms(scored, calib.tau, cfg.score, int(getattr(model, "n_classes", 2)))
+    return _report(model, cfg, costs, cal_dict, results, curves, conf)
+
+
+def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_classes: int,
+                          bins: int = HIST_BINS) -> dict[str, Any]:  # fmt: skip
+    """Per split, histograms per true class of the quantity the abstention rule thresholds, and the
+    calibrated band (compact: counts per bin, no per-example values).
+
+    A binary task scored by probability shows ``p(y=1)`` (``max(p, 1-p)`` is the score: the score
+    and the prediction give it back exactly) with the closed rejection band ``[1 - tau, tau]``
+    (empty when ``tau < 0.5``); otherwise the score itself, abstaining on ``[0, tau]``.
+    """
+    binary = score == "probability" and n_classes <= 2
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    out: dict[str, Any] = {"quantity": "p(y=1)" if binary else f"confidence ({score})", "tau": float(tau),
+                           "band": [1.0 - float(tau), float(tau)] if binary else [0.0, float(tau)],
+                           "edges": [round(float(e), 12) for e in edges], "splits": {}}  # fmt: skip
+    for split, sc in scored.items():
+        value = np.where(sc.preds == 1, sc.scores, 1.0 - sc.scores) if binary else sc.scores
+        out["splits"][split] = {
+            str(int(c)): [int(n) for n in np.histogram(np.clip(value[sc.y == c], 0.0, 1.0), edges)[0]]
+            for c in np.unique(sc.y)
+        }
+    return out
 
 
 def not_available(k: int, reason: str) -> dict[str, Any]:
@@ -125,9 +153,10 @@ def not_available(k: int, reason: str) -> dict[str, Any]:
     return {**dict.fromkeys(CSV_COLUMNS), "k": k, "meets_target": False, "status": "n/a", "note": reason}
 
 
-def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list, curves: dict) -> dict[str, Any]:
+def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list, curves: dict,
+            confidence: dict | None = None) -> dict[str, Any]:  # fmt: skip
     info = model.info
-    return {
+    report = {
         "checkpoint": cfg.checkpoint,
         "dataset": info.dataset,
         "model": getattr(model.cfg, "name", type(model).__name__),
@@ -138,6 +167,9 @@ def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list,
         "results": results,
         "curves": curves,
     }
+    if confidence is not None:
+        report["confidence"] = confidence
+    return report
 
 
 def _thin(cov: np.ndarray, risk: np.ndarray) -> dict[str, list[float]]:
