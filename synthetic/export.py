@@ -22,17 +22,18 @@ resolved data config, the concept / class / attribute names and the generator's 
 (for ``hf`` it is also the ``DatasetInfo.description``, as JSON). The card also marks the
 directory as an export, so a later export may replace it; any other non-empty directory is refused.
 
-Rows are rendered, PNG-encoded and written ``chunk_rows`` at a time (arrow record batches /
-parquet row groups of ``row_group_rows``), so peak memory is one chunk plus the labels and
-attributes, whatever the size. ``out`` is written atomically (:func:`~synthetic.atomic.atomic_dir`).
+Rows are rendered, PNG-encoded and written a chunk of about ``chunk_mb`` MiB of arrays at a time
+(arrow record batches / parquet row groups of ``row_group_rows``), so peak memory is a few chunks
+plus the labels and attributes, whatever the size of the dataset or of its images. ``out`` is written atomically (:func:`~synthetic.atomic.atomic_dir`).
 ``datasets`` is imported only here, on the export path.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
+import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,6 +57,9 @@ EXPORT_VERSION = 1
 SCRATCH = ".scratch"
 #: Column names the exporter itself uses (an extra array or attribute may not take them).
 BASE_COLUMNS = ("x", "c", "c_true", "y", "split")
+#: PNG file signature and colour types (8-bit grey, 8-bit RGB; PNG spec section 11.2.2).
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_GREY, PNG_RGB, PNG_RGB_CHANNELS = 0, 2, 3
 #: ``datasets`` array features by the number of dimensions of one row.
 _ARRAY_FEATURES = {2: "Array2D", 3: "Array3D", 4: "Array4D", 5: "Array5D"}
 
@@ -213,27 +217,48 @@ def features(data: SyntheticData) -> Any:
     return datasets.Features(cols)
 
 
-def png_bytes(image: np.ndarray, compress_level: int) -> bytes:
-    """One ``uint8`` image (``[H,W]`` grey or ``[H,W,3]`` RGB) as PNG (lossless at every level)."""
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(image)).save(buf, format="PNG", compress_level=compress_level)
-    return buf.getvalue()
+def _png_chunk(tag: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", zlib.crc32(tag + body) & 0xFFFFFFFF)
 
 
-def row_batches(data: SyntheticData, rows: np.ndarray, chunk_rows: int, png_level: int) -> Iterator[dict[str, Any]]:
-    """Columns of ``rows`` in chunks of ``chunk_rows`` (images rendered / read and PNG-encoded per
+def png_images(x: np.ndarray, compress_level: int) -> list[bytes]:
+    """``uint8`` images ``[B,H,W]`` (grey) or ``[B,H,W,3]`` (RGB) as PNG files, lossless at every level.
+
+    Encoded here rather than with PIL: 8-bit grey / RGB, no interlace, every scanline with filter
+    type 0 (the rendered images are flat colour areas, which zlib packs best unfiltered): about 3x
+    PIL's speed and 30% smaller files for 32 px robots; any PNG reader (PIL for ``datasets``)
+    decodes them to the same bytes."""
+    if x.dtype != np.uint8 or x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[3] != PNG_RGB_CHANNELS):
+        raise ValueError(f"export: images must be uint8 [N,H,W] or [N,H,W,3], got {x.dtype} {list(x.shape)}")
+    b, h, w = x.shape[:3]
+    colour = PNG_RGB if x.ndim == 4 else PNG_GREY
+    header = PNG_SIGNATURE + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour, 0, 0, 0))
+    end = _png_chunk(b"IEND", b"")
+    lines = np.zeros((b, h, 1 + x[0, 0].size), dtype=np.uint8)  # a 0 byte (filter: none) before each row
+    lines[:, :, 1:] = x.reshape(b, h, -1)
+    return [header + _png_chunk(b"IDAT", zlib.compress(lines[i].tobytes(), compress_level)) + end for i in range(b)]
+
+
+def chunk_rows(data: SyntheticData, chunk_mb: float) -> int:
+    """Rows per chunk: about ``chunk_mb`` MiB of the rows' arrays (a 32 px robot takes 3 KB, a
+    Sudoku board of 50 px cells 200 KB), at least one row."""
+    arrays = [data.x, data.c, data.c_true, data.y, data.split, data.meta, *data.extra.values()]
+    row = sum(int(np.prod(a.shape[1:], dtype=np.int64)) * np.dtype(a.dtype).itemsize for a in arrays)
+    return max(1, int(chunk_mb * 2**20) // max(1, row))
+
+
+def row_batches(data: SyntheticData, rows: np.ndarray, chunk: int, png_level: int) -> Iterator[dict[str, Any]]:
+    """Columns of ``rows`` in chunks of ``chunk`` rows (images rendered / read and PNG-encoded per
     chunk: only one chunk of pixels is held)."""
     import pyarrow as pa
 
-    for a in range(0, len(rows), chunk_rows):
-        r = rows[a : a + chunk_rows]
+    for a in range(0, len(rows), chunk):
+        r = rows[a : a + chunk]
         sel = slice(int(r[0]), int(r[-1]) + 1) if r[-1] - r[0] == len(r) - 1 else r  # contiguous: a slice
         x = np.asarray(data.x[sel])
         batch: dict[str, Any] = {}
         if data.modality == "image":
-            blobs = pa.array([png_bytes(img, png_level) for img in x], type=pa.binary())
+            blobs = pa.array(png_images(x, png_level), type=pa.binary())
             batch["x"] = pa.StructArray.from_arrays([blobs, pa.nulls(len(r), pa.string())], names=["bytes", "path"])
         else:
             batch["x"] = x
@@ -261,11 +286,11 @@ def _quiet() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _write_split(writer_cls: Any, path: Path, feats: Any, data: SyntheticData, split: str, opts: dict[str, int]) -> int:
+def _write_split(writer_cls: Any, path: Path, feats: Any, data: SyntheticData, split: str, opts: dict[str, Any]) -> int:
     writer = writer_cls(features=feats, path=str(path), writer_batch_size=opts["row_group_rows"])
     try:
         rows = data.indices(split)
-        for batch in row_batches(data, rows, opts["chunk_rows"], opts["png_compress_level"]):
+        for batch in row_batches(data, rows, chunk_rows(data, opts["chunk_mb"]), opts["png_compress_level"]):
             writer.write_batch(batch)
         writer.finalize()
     finally:
@@ -280,7 +305,7 @@ def export_dataset(
     data_config: dict[str, Any],
     split: str | None,
     *,
-    chunk_rows: int,
+    chunk_mb: float,
     row_group_rows: int,
     png_compress_level: int,
 ) -> dict[str, int]:
@@ -295,7 +320,7 @@ def export_dataset(
     splits = export_splits(data, split)
     feats = features(data)
     meta = card_metadata(data, fmt, splits, data_config)
-    opts = {"chunk_rows": chunk_rows, "row_group_rows": row_group_rows, "png_compress_level": png_compress_level}
+    opts = {"chunk_mb": chunk_mb, "row_group_rows": row_group_rows, "png_compress_level": png_compress_level}
     written: dict[str, int] = {}
     with _quiet(), atomic_dir(out) as tmp:
         if fmt == "parquet":

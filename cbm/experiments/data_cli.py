@@ -38,7 +38,7 @@ class DataCliConfig:
     n: int = 16
     seed: int = 0
     format: str = "npz"
-    chunk_rows: int = 4096
+    chunk_mb: float = 32.0
     row_group_rows: int = 1024
     png_compress_level: int = 6
 
@@ -49,9 +49,10 @@ class DataCliConfig:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {list(FORMATS)}, got '{self.format}'")
-        for knob in ("chunk_rows", "row_group_rows"):
-            if getattr(self, knob) < 1:
-                raise ValueError(f"{knob} must be >= 1, got {getattr(self, knob)}")
+        if not self.chunk_mb > 0:
+            raise ValueError(f"chunk_mb must be > 0, got {self.chunk_mb}")
+        if self.row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
         if not 0 <= self.png_compress_level <= PNG_MAX_LEVEL:
             raise ValueError(f"png_compress_level must be in [0, {PNG_MAX_LEVEL}], got {self.png_compress_level}")
 
@@ -166,7 +167,7 @@ def run(argv: list[str]) -> None:
     if to_dir:
         data = load_data(data_cfg, opts.cache_dir, storage=export_storage(data_cfg, opts.cache_dir))
         written = export_dataset(
-            data, opts.out, opts.format, data_cfg_raw, opts.split, chunk_rows=opts.chunk_rows,
+            data, opts.out, opts.format, data_cfg_raw, opts.split, chunk_mb=opts.chunk_mb,
             row_group_rows=opts.row_group_rows, png_compress_level=opts.png_compress_level,
         )  # fmt: skip
         sizes = ", ".join(f"{name} {n}" for name, n in written.items())
