@@ -5,6 +5,7 @@ atomic, and only a previous export is ever overwritten."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,23 @@ def test_cbm_data_does_not_import_datasets_until_it_exports():
     code = "import sys, cbm.experiments.data_cli; print(sorted(m for m in ('datasets', 'pyarrow') if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr[-2000:]
+
+
+def test_export_and_load_need_no_network(tmp_path):
+    """With every connection refused (``tests/netguard``) and no ``HF_HUB_OFFLINE`` set, exporting
+    both formats and ``load_from_disk`` work. ``load_dataset("parquet")`` only pings a download
+    counter (a 3 s best-effort HEAD, failures ignored), switched off here by
+    ``HF_UPDATE_DOWNLOAD_COUNTS=0``; nothing on this path reaches for the Hub."""
+    code = f"""
+import datasets
+from cbm.experiments.data_cli import run
+for fmt in ("hf", "parquet"):
+    run(["export", *{ROBOT!r}, "split=test", f"format={{fmt}}", f"out={tmp_path}/{{fmt}}", "cache_dir={tmp_path}/cache"])
+assert len(datasets.load_from_disk("{tmp_path}/hf")) == 12
+files = {{"test": "{tmp_path}/parquet/test.parquet"}}
+assert len(datasets.load_dataset("parquet", data_files=files, cache_dir="{tmp_path}/hf-cache")["test"]) == 12
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(PYTHONPATH=str(Path(__file__).parents[1] / "netguard"), HF_UPDATE_DOWNLOAD_COUNTS="0")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
