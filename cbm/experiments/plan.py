@@ -69,6 +69,17 @@ class Cell:
         return "fresh"
 
 
+#: Data keys that change only the concept annotations, never ``x``, ``y`` or the splits: a black box
+#: (which never reads concepts) trained on settings that differ only in these is the same model, bit
+#: for bit (tests/experiments/test_experiment.py), so it is trained once and paired with all of them.
+BLACKBOX_IGNORES = ("data.concept_set", "data.concept_noise")
+
+
+def blackbox_identity(overrides: list[str]) -> tuple[str, ...]:
+    """A black-box training's overrides without the keys it ignores (and its run directory)."""
+    return tuple(o for o in overrides if o.partition("=")[0].lstrip("+") not in BLACKBOX_IGNORES and not o.startswith("hydra.run.dir="))
+
+
 def _listing(values: list) -> str:
     return "[" + ",".join(str(v) for v in values) + "]"
 
@@ -90,17 +101,25 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
     cache = [f"cache_dir={cfg.cache_dir}"] if cfg.cache_dir is not None else ["cache_dir=null"]
     cells: list[Cell] = []
     train: dict[tuple[str, str, int], Cell] = {}
+    shared: dict[tuple[str, ...], Cell] = {}  # black boxes by what they are trained on
     for setting, s_over in cfg.settings.items():
         for model, m_over in cfg.models.items():
             for seed in cfg.seeds:
                 d = root / setting / model / f"seed{seed}" / "train"
                 over = [*s_over, *m_over, *cfg.train, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
                 cell = Cell("train", setting, model, seed, d, over)
+                if model == cfg.blackbox:
+                    first = shared.setdefault(blackbox_identity(over), cell)
+                    if first is not cell:  # the same black box as an earlier setting's: paired, not retrained
+                        train[setting, model, seed] = first
+                        continue
                 train[setting, model, seed] = cell
                 cells.append(cell)
     for (setting, model, seed), tcell in train.items():
         bb = train.get((setting, cfg.blackbox, seed)) if cfg.blackbox else None
         is_bb = model == cfg.blackbox
+        if is_bb and tcell.setting != setting:
+            continue  # a shared black box is analysed once, under its own setting
         base = root / setting / model / f"seed{seed}"
         if cfg.intervene is not None and not is_bb:
             st = cfg.intervene

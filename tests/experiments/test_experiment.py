@@ -176,6 +176,43 @@ def test_seeds_as_a_count_or_a_list(tmp_path):
             typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", bad)
 
 
+def test_one_black_box_per_seed_serves_every_concept_set(tmp_path):
+    cells = plan(typed("+experiment=robot_decision_support", f"output_dir={tmp_path}", "seeds=2"))
+    boxes = [c.key for c in cells if c.stage == "train" and c.model == "blackbox"]
+    assert boxes == ["true/blackbox/seed0/train", "true/blackbox/seed1/train"]  # not one per concept set
+    inter = {c.key: c for c in cells if c.stage == "intervene"}
+    assert len(inter) == 3 * 4 * 2
+    fine = inter["fine/cem/seed1/intervene"]
+    assert f"blackbox={tmp_path}/true/blackbox/seed1/train/metrics.json" in fine.overrides
+    assert [n.key for n in fine.needs] == ["fine/cem/seed1/train", "true/blackbox/seed1/train"]
+    noisy = plan(typed("+experiment=concept_noise", f"output_dir={tmp_path}"))
+    assert [c.key for c in noisy if c.model == "blackbox"] == ["noise0.0/blackbox/seed0/train"]
+    other = plan(typed("+experiment=resolution", f"output_dir={tmp_path}"))  # image sizes differ: one box each
+    assert len([c for c in other if c.model == "blackbox"]) == len({c.setting for c in other})
+
+
+@pytest.mark.slow
+def test_a_black_box_is_the_same_model_whatever_the_concept_set(tmp_path):
+    """Why one black box serves every concept set (plan.BLACKBOX_IGNORES): bit-identical weights."""
+    import torch
+
+    from tests.forked import run_forked
+
+    small = ["model=blackbox", "data=robot_paper", "trainer=cpu_smoke", "logger=csv_only", "trainer.max_epochs=2",
+             "data.modality=tabular", "data.n_train=400", "data.n_calib=100", "data.n_test=200", f"cache_dir={tmp_path / 'c'}"]  # fmt: skip
+    state, acc = {}, {}
+    for cs, noise in (("'true'", 0.0), ("llm", 0.3)):
+        d = tmp_path / cs.strip("'")
+        res = run_forked("cbm-train", [*small, f"data.concept_set={cs}", f"data.concept_noise={noise}", f"hydra.run.dir={d}"],
+                         tmp_path, dict(os.environ))  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        state[cs] = torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+        acc[cs] = json.loads((d / "metrics.json").read_text())["test/task_acc"]
+    a, b = state.values()
+    assert a.keys() == b.keys() and acc["'true'"] == acc["llm"]
+    assert [k for k in a if not torch.equal(a[k], b[k])] == ["concept_keep"]  # a buffer of length m, unused
+
+
 def test_automation_rows_keep_failed_calibrations_as_na():
     ok = {"k": 0, "coverage_before": 0.5, "coverage": 0.5, "selective_acc": 0.96, "nwa": 0.5}
     na = {"k": 0, "coverage_before": None, "coverage": None, "selective_acc": None, "nwa": None, "status": "n/a", "note": "ltt calibration: no threshold"}
