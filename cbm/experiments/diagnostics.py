@@ -120,6 +120,15 @@ def _bars(ax, names: list[str], series: dict[str, list[tuple[float | None, float
     ax.grid(alpha=0.3, axis="y")
 
 
+def _k_axis(ax, labels: list[str], xlabel: str, title: str) -> None:
+    """Finish a panel whose x axis is the budget labels (categorical: ``max`` differs between concept sets)."""
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=SMALL)
+
+
 def _acc_view(inter: list[dict[str, Any]]) -> tuple[dict[tuple, dict[int, float]], dict[str, dict[int, float]]]:
     acc, bb, _ = by_seed(inter)
     return acc, bb
@@ -245,11 +254,7 @@ def answer_reliance(inter: list[dict[str, Any]], stem: Path) -> Diagnostic | Non
                 curve_with_band(ax, list(range(len(labels))), deltas, marker=marker, linestyle=style, color=f"C{n}",
                                 label=f"{model} ({iv})")  # fmt: skip
         ax.axhline(0, color="grey", linewidth=0.8)
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlabel(f"budget k ({policy} requests)")
-        ax.set_title(setting, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=SMALL)
+        _k_axis(ax, labels, f"budget k ({policy} requests)", setting)
     axes[0][0].set_ylabel("accuracy change from k = 0 (points)")
     return _save(fig, rows, DELTA_COLS, stem, "Answer reliance: own answers (self) vs true values (oracle)", RELIANCE_READ)
 
@@ -482,11 +487,7 @@ def concept_sets(inter: list[dict[str, Any]], runs: list[dict[str, Any]], stem: 
         bbs = [v for s in sets for v in bb.get(s, {}).values()]
         if bbs:
             hline_with_band(ax, bbs, "black box")
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_xlabel(f"budget k ({iv}, {policy} requests)")
-        ax.set_title(model, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=SMALL)
+        _k_axis(ax, labels, f"budget k ({iv}, {policy} requests)", model)
     axes[0][0].set_ylabel("task accuracy (%)")
     return _save(fig, rows, CONCEPT_SET_COLS, stem, "Concept sets: accuracy at every budget per model", CONCEPT_SET_READ)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from cbm.interventions.registry import BuildContext
     from cbm.models.state import ConceptState
 
 Batch = dict[str, "Tensor"]
@@ -28,3 +30,16 @@ def true_concepts(batch: Batch) -> Tensor:
     """Noise-free concept values under the dataset's concept set (``c_clean`` when the
     generator added annotation noise, else the annotated ``c``)."""
     return batch["c_clean"] if "c_clean" in batch else batch["c"]
+
+
+class WithoutSettings:
+    """Base of an intervener that has no settings (``oracle``, ``self``): an empty ``Config`` and a
+    ``from_config`` that builds it, as the registry expects of every component."""
+
+    @dataclass
+    class Config:
+        pass
+
+    @classmethod
+    def from_config(cls, cfg: Any, ctx: BuildContext) -> Any:
+        return cls()

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cbm.interventions.interveners.base import Batch, true_concepts
+from cbm.interventions.interveners.base import Batch, WithoutSettings, true_concepts
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
     from cbm.models.state import ConceptState
 
 
-class OracleIntervener:
+class OracleIntervener(WithoutSettings):
     """Ground truth: the concept's true value under its concept set."""
-
-    @dataclass
-    class Config:
-        pass
-
-    @classmethod
-    def from_config(cls, cfg: Config, ctx: BuildContext) -> OracleIntervener:
-        return cls()
 
     def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
         truth = true_concepts(batch)

@@ -8,19 +8,17 @@ prediction at any budget; the gap between ``self`` and ``oracle`` is what the tr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cbm.interventions.interveners.base import THRESHOLD, Batch
+from cbm.interventions.interveners.base import THRESHOLD, Batch, WithoutSettings
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
     from cbm.models.state import ConceptState
 
 
-class SelfIntervener:
+class SelfIntervener(WithoutSettings):
     """The model's own answers: ``1[probs > 0.5]`` for every requested concept.
 
     >>> import torch
@@ -29,14 +27,6 @@ class SelfIntervener:
     >>> SelfIntervener()({}, state, torch.ones(1, 3, dtype=torch.bool)).tolist()
     [[0.0, 0.0, 1.0]]
     """
-
-    @dataclass
-    class Config:
-        pass
-
-    @classmethod
-    def from_config(cls, cfg: Config, ctx: BuildContext) -> SelfIntervener:
-        return cls()
 
     def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
         return (state.probs > THRESHOLD).to(state.probs.dtype)
