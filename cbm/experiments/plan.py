@@ -49,7 +49,7 @@ class Cell:
 
     def fingerprint(self) -> str:
         """Hash of what defines the cell (its overrides without the paths that locate it)."""
-        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox="))]
+        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox=", ORACLE_TABLE))]
         return hashlib.sha256(json.dumps([self.stage, own]).encode()).hexdigest()[:16]
 
     def state(self) -> str:
@@ -73,6 +73,18 @@ class Cell:
 #: (which never reads concepts) trained on settings that differ only in these is the same model, bit
 #: for bit (tests/experiments/test_experiment.py), so it is trained once and paired with all of them.
 BLACKBOX_IGNORES = ("data.concept_set", "data.concept_noise")
+
+
+#: The training's own oracle table (random concepts, true values), an analysis rather than part of the
+#: model: an experiment whose intervene stage runs oracle x random turns it off (the same numbers
+#: come from the intervene cell, which encodes the test split once for every intervener and policy).
+ORACLE_TABLE = "interventions.ks="
+
+
+def covers_oracle_table(cfg: ExperimentConfig) -> bool:
+    """Whether the experiment's intervene stage measures what the training's oracle table would."""
+    st = cfg.intervene
+    return st is not None and "oracle" in st.intervener and "random" in st.policy
 
 
 def blackbox_identity(overrides: list[str]) -> tuple[str, ...]:
@@ -107,6 +119,8 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
             for seed in cfg.seeds:
                 d = root / setting / model / f"seed{seed}" / "train"
                 over = [*s_over, *m_over, *cfg.train, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
+                if covers_oracle_table(cfg) and model != cfg.blackbox:
+                    over.insert(-1, f"{ORACLE_TABLE}[]")
                 cell = Cell("train", setting, model, seed, d, over)
                 if model == cfg.blackbox:
                     first = shared.setdefault(blackbox_identity(over), cell)

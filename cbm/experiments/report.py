@@ -137,6 +137,19 @@ def comparisons(cfg: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
     return compare.models, compare.policy_pairs(policies)
 
 
+def oracle_from_interventions(runs: list[dict[str, Any]], inter: list[dict[str, Any]]) -> None:
+    """Training runs of an experiment whose intervene stage measured oracle x random (the plan then
+    turns the training's own oracle table off) get that table from their intervene cell."""
+    grids = {(c["setting"], c["model"], c["seed"]): c["_results"] for c in inter}
+    for m in runs:
+        res = grids.get((m["_setting"], m.get("_model"), m.get("seed")))
+        if m.get("oracle_random") or res is None:
+            continue
+        table = {str(r["k"]): r["accuracy"] for r in res["rows"] if (r["intervener"], r["policy"]) == ("oracle", "random")}
+        if table:
+            m["oracle_random"] = table
+
+
 def write_experiment_report(root: str | Path) -> str:
     """report.md / report.json / one CSV per table / figures/ of a cbm-experiment directory; the
     markdown text."""
@@ -151,10 +164,11 @@ def write_experiment_report(root: str | Path) -> str:
     runs = []
     for cell in _cells(root, manifest, "train", "metrics.json"):
         m = cell["_results"]
-        m["_config"], m["_setting"] = run_config(Path(cell["dir"])), cell["setting"]
+        m["_config"], m["_setting"], m["_model"] = run_config(Path(cell["dir"])), cell["setting"], cell["model"]
         runs.append(m)
     inter = _cells(root, manifest, "intervene", "results.json")
     auto = _cells(root, manifest, "automate", "automation.json")
+    oracle_from_interventions(runs, inter)
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
               "paired differences": paired_rows(inter, *comparisons(cfg))}  # fmt: skip
