@@ -494,13 +494,15 @@ def concept_sets(inter: list[dict[str, Any]], runs: list[dict[str, Any]], stem: 
 
 # ----------------------------------------------------------------------------- entry point
 def write_diagnostics(root: Path, inter: list[dict[str, Any]], auto: list[dict[str, Any]], runs: list[dict[str, Any]],
-                      figs_dir: Path) -> list[Diagnostic]:  # fmt: skip
+                      figs_dir: Path, failed: list[str] | None = None) -> list[Diagnostic]:  # fmt: skip
     """Every diagnostic figure the experiment's stored results allow, written into ``figs_dir`` as
     ``diag_<name>.png`` with ``diag_<name>.csv``; those that do not apply are left out.
 
     ``inter`` / ``auto``: the finished intervene / automate cells with their ``results.json`` /
     ``automation.json`` as ``_results``; ``runs``: the training runs' ``metrics.json`` with ``_config``
     and ``_setting`` (as :func:`cbm.experiments.report.write_experiment_report` builds them).
+    ``failed`` (given): a figure whose stored data it cannot draw is named there with the reason and
+    the others are still drawn (one odd results file never costs the whole report).
     """
     root, figs_dir = Path(root), Path(figs_dir)
     manifest = read_json(root / "experiment.json")
@@ -515,4 +517,15 @@ def write_diagnostics(root: Path, inter: list[dict[str, Any]], auto: list[dict[s
     builders.append(lambda: intervention_heatmap(inter, stem("diag_intervention_heatmap")))
     builders.append(lambda: alignment(inter, config, stem("diag_alignment")))
     builders.append(lambda: concept_sets(inter, runs, stem("diag_concept_sets")))
-    return [d for d in (build() for build in builders) if d is not None]
+    out: list[Diagnostic] = []
+    for build in builders:
+        try:
+            d = build()
+        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as err:
+            if failed is None:
+                raise
+            failed.append(f"{type(err).__name__}: {err}")
+            continue
+        if d is not None:
+            out.append(d)
+    return out

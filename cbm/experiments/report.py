@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
@@ -37,6 +37,9 @@ from cbm.experiments.tables import (
     training_rows,
 )
 from synthetic.atomic import ensure_dir, write_csv_atomic
+
+if TYPE_CHECKING:  # matplotlib loads only when a report draws
+    from cbm.experiments.diagnostics import Diagnostic
 
 
 def read_metrics(path: Path) -> dict[str, Any] | str:
@@ -154,6 +157,7 @@ def write_experiment_report(root: str | Path) -> str:
     """report.md / report.json / one CSV per table / figures/ of a cbm-experiment directory; the
     markdown text."""
     from cbm.experiments import figures
+    from cbm.experiments.diagnostics import write_diagnostics
 
     root = Path(root)
     manifest = read_json(root / "experiment.json")
@@ -195,17 +199,25 @@ def write_experiment_report(root: str | Path) -> str:
     drawn_paths = [p for p in drawn if p is not None]
     if drawn_paths:
         parts.append("## Figures\n\n" + "\n".join(f"![{p.stem}](figures/{p.name})" for p in drawn_paths) + "\n")
+    failed: list[str] = []
+    diags = write_diagnostics(root, inter, auto, runs, figs, failed)
+    if diags or failed:
+        notes = [f"(a diagnostic figure could not be drawn: {why})" for why in failed]
+        parts.append("## Diagnostics\n\n" + "\n\n".join([*(d.markdown(root) for d in diags), *notes]) + "\n")
     text = "\n".join(parts)
     write_text_atomic(root / "report.md", text)
     write_json_atomic(root / "report.json", {name: rows for name, (rows, _) in tables.items()} | {"unfinished": unfinished})
     if cfg.get("wandb"):
-        log_to_wandb(manifest, tables, drawn_paths, root)
+        log_to_wandb(manifest, tables, drawn_paths, root, diags)
     return text
 
 
-def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path], root: Path) -> None:
-    """One W&B run in the experiment's group: each table as a ``wandb.Table``, figures as images
-    (offline unless ``WANDB_MODE`` says otherwise)."""
+def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path], root: Path,
+                 diags: list[Diagnostic] = ()) -> None:  # fmt: skip
+    """One W&B run in the experiment's group: each table as a ``wandb.Table``, figures as images,
+    each diagnostic figure as an image panel captioned with how to read it beside its data as a
+    table (offline unless ``WANDB_MODE`` says otherwise)."""
+    import csv
     import os
 
     import wandb
@@ -218,6 +230,13 @@ def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]],
             if rows:
                 run.log({name: wandb.Table(columns=cols, data=[[str(r.get(c, "")) for c in cols] for r in rows])})
         run.log({p.stem: wandb.Image(str(p)) for p in images})
+        for d in diags:
+            with d.csv.open(newline="") as f:
+                rows = list(csv.reader(f))
+            panel = {f"diagnostics/{d.png.stem}": wandb.Image(str(d.png), caption=d.read_as)}
+            if rows:
+                panel[f"diagnostics/{d.png.stem}_data"] = wandb.Table(columns=rows[0], data=rows[1:])
+            run.log(panel)
     finally:
         run.finish()
     say(f"W&B: logged the report to group '{manifest.get('name')}' ({os.environ['WANDB_MODE']})")

@@ -254,6 +254,13 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         assert list((root / "figures").glob("accuracy_vs_k_*.png"))
     if report["automation"]:
         assert {"NWA %", "coverage %"} <= set(report["automation"][0]) and list((root / "figures").glob("automation_*.png"))
+    if report["interventions"]:  # the diagnostics: the per-concept figure of every setting at least
+        assert "## Diagnostics" in (root / "report.md").read_text() and list((root / "figures").glob("diag_per_concept_*.png"))
+        assert "could not be drawn" not in (root / "report.md").read_text()
+    if preset == "alignment_smoke":  # two seeds: constrained - unconstrained paired per seed, with an interval
+        pairs = [r for r in report["paired differences"] if r["comparison"] == "model cbm_aligned - cbm"]
+        assert pairs and all(r["seeds"] == 2 and "[" in r["difference (points) [95% CI]"] for r in pairs)
+        assert (root / "paired_differences.csv").is_file() and " ± " in report["interventions"][1]["acc k=0"]
     again = run_experiment(tmp_path, shared_cache, f"+experiment={preset}", out=root)
     assert again.returncode == 0 and f"({len(manifest['cells'])} finished)" not in again.stdout
     assert f"0 to run, {len(manifest['cells'])} finished" in again.stdout
