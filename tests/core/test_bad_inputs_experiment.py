@@ -50,7 +50,7 @@ PRESETS = {
     "unknown": "# @package _global_\nname: unknown\nfrobnicate: 1\nsettings: {a: []}\nmodels: {cbm: [model=cbm]}\n",
     "huge": "# @package _global_\nname: huge\nsettings: {a: [data.n_train=100000000000]}\nmodels: {cbm: [model=cbm]}\n",
     "epochs": "# @package _global_\nname: epochs\nsettings: {a: [data.modality=tabular]}\nmodels: {cbm: [model=cbm]}\ntrain: [trainer.max_epochs=100000000]\n",
-    "noseeds": "# @package _global_\nname: noseeds\nseeds: 3\nsettings: {a: [data.modality=tabular]}\nmodels: {cbm: [model=cbm]}\n",
+    "noseeds": "# @package _global_\nname: noseeds\nseeds: 0\nsettings: {a: [data.modality=tabular]}\nmodels: {cbm: [model=cbm]}\n",
     "badstage": "# @package _global_\nname: badstage\nsettings: {a: [data.modality=tabular]}\nmodels: {cbm: [model=cbm, model.training=magic]}\n",
 }
 
@@ -61,9 +61,20 @@ EXPERIMENT = [
     (["experiment=alignment"], "experiment", ()),
     (["+experiment=alignment", "+experiment=tiny"], "experiment", (SLOW,)),
     # seeds and jobs
-    ([*TINY, "seeds=[]"], "seeds must be distinct integers >= 0, got []", ()),
-    ([*TINY, "seeds=[0,0]"], "seeds must be distinct integers >= 0, got [0, 0]", ()),
-    ([*TINY, "seeds=[-1]"], "seeds must be distinct integers >= 0", (SLOW,)),
+    ([*TINY, "seeds=[]"], "seeds must be a count (seeds=10) or distinct integers >= 0 ('seeds=[0,1,2]'), got []", ()),
+    ([*TINY, "seeds=[0,0]"], "distinct integers >= 0 ('seeds=[0,1,2]'), got [0, 0]", ()),
+    ([*TINY, "seeds=[-1]"], "distinct integers >= 0", (SLOW,)),
+    ([*TINY, "seeds=0"], "seeds: a count must be >= 1 (seeds=10 runs seeds 0..9), got 0", ()),
+    ([*TINY, "seeds=-3"], "seeds: a count must be >= 1", (SLOW,)),
+    ([*TINY, "seeds=true"], "seeds must be a count", (SLOW,)),
+    ([*TINY, "seeds=2.5"], "seeds must be a count", (SLOW,)),
+    # paired comparisons
+    ([*TINY, "compare.models=[[cbm,nope]]"], "compare.models: unknown ['nope'] (the experiment has ['cbm'])", ()),
+    ([*TINY, "compare.models=[[cbm,cbm]]"], "compare.models: each entry is a pair of two different names", (SLOW,)),
+    ([*TINY, "compare.policies=[[random]]"], "compare.policies: each entry is a pair of two different names", (SLOW,)),
+    ([*TINY, "compare.policies=[[random,coop]]"], "compare.policies: unknown ['coop']", (SLOW,)),
+    ([*TINY, "compare=5"], "int is not a subclass of Compare", (SLOW,)),
+    ([*TINY, "+compare.pairs=[]"], "pairs", (SLOW,)),
     ([*TINY, "seeds=abc"], "seeds", (SLOW,)),
     ([*TINY, "seeds=[a]"], "seeds", (SLOW,)),
     ([*TINY, "seeds=[0,1"], "bad override", (SLOW,)),
