@@ -154,7 +154,7 @@ def run(argv: list[str]) -> None:
     raw = OmegaConf.to_container(cfg, resolve=True)
     data_cfg_raw = raw.pop("data")
     data_cfg = data_config(data_cfg_raw)
-    opts = to_dataclass(DataCliConfig, raw, "cbm-data")
+    opts = to_dataclass(DataCliConfig, raw, "config")
     to_dir = command == "export" and opts.format in DIR_FORMATS
     if to_dir:  # before the data is made: a new or empty directory, or a previous export
         check_out_dir(opts.out, opts.format)
