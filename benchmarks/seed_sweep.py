@@ -2,6 +2,7 @@
 with the acceptance checks (task accuracy, oracle interventions at every k, same-seed repeats).
 
     python benchmarks/seed_sweep.py                                   # CPU: 5 archs x seeds 0,1,2, robot
+    python benchmarks/seed_sweep.py --seeds 0-9 --jobs 2              # the README's 10-seed table
     python benchmarks/seed_sweep.py --jobs 8 --repeat -- trainer=gpu  # GPU: parallel jobs, + a same-seed repeat
     python benchmarks/seed_sweep.py --data sudoku_50px --seeds 0 --archs cbm,cem
 
@@ -28,6 +29,15 @@ from typing import Any
 ARCHS = ["blackbox", "cbm", "cem", "probcbm", "ecbm"]
 #: Thresholds of the acceptance checks (robot data; Bayes rate 99.98%).
 TASK_MIN, KMAX_MIN, MAX_DROP, REFERENCE_TOL = 0.995, 0.99, 0.01, 0.005
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-9"``, ``"0,1,2"`` or a mix (``"0,3,5-7"``) -> distinct seeds in order."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        out += range(int(lo), int(hi) + 1) if hi else [int(lo)]
+    return list(dict.fromkeys(out))
 
 
 def model_for(arch: str, data: str) -> str:
@@ -74,6 +84,7 @@ def summarise(runs: list[dict[str, Any]], repeats: dict[str, dict[str, Any]], re
             "seeds": [r["seed"] for r in mine],
             "task_acc": task,
             "task_mean": statistics.fmean(task),
+            "task_se": statistics.stdev(task) / len(task) ** 0.5 if len(task) > 1 else None,
             "concept_mean": statistics.fmean([r["test/concept_acc"] for r in mine]) if "test/concept_acc" in mine[0] else None,
             "train_eval_s": statistics.fmean([sum(r["timing"].values()) for r in mine if r["timing"]] or [float("nan")]),
             "errors": errors,
@@ -116,15 +127,17 @@ def table(rows: list[dict[str, Any]], strict: bool) -> str:
     def pct(v: float | None) -> str:
         return "" if v is None or v != v else f"{100 * v:.2f}"  # None or NaN: no such metric
 
-    head = "| arch | train+eval s | task acc per seed | mean | concept acc | oracle k=max (min) | worst drop | repeat identical | ref. mean | checks |"
+    head = "| arch | train+eval s | task acc per seed | mean ± SE | min | concept acc | oracle k=max (min) | worst drop | repeat identical | ref. mean | checks |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['arch']} | | | | | | | | | FAIL: {r['error']} |")
+            lines.append(f"| {r['arch']} | | | | | | | | | | FAIL: {r['error']} |")
             continue
         rep = r.get("repeat_identical")
+        se = "" if r.get("task_se") is None else f" ± {100 * r['task_se']:.2f}"
         lines.append(
-            f"| {r['arch']} | {r['train_eval_s']:.1f} | {' / '.join(pct(v) for v in r['task_acc'])} | {pct(r['task_mean'])} "
+            f"| {r['arch']} | {r['train_eval_s']:.1f} | {' / '.join(pct(v) for v in r['task_acc'])} "
+            f"| {pct(r['task_mean'])}{se} | {pct(min(r['task_acc']))} "
             f"| {pct(r['concept_mean'])} | {pct(r.get('kmax_min'))} | {pct(r.get('max_drop'))} "
             f"| {'' if rep is None else ('yes' if rep else 'NO')} | {pct(r.get('reference_mean'))} "
             f"| {'; '.join(checks(r, strict)) or 'pass'} |"
@@ -135,7 +148,7 @@ def table(rows: list[dict[str, Any]], strict: bool) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--archs", default=",".join(ARCHS))
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2", help="e.g. 0,1,2 or 0-9")
     p.add_argument("--data", default="robot")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (GPU: several fit on one device)")
     p.add_argument("--out", default="sweeps/seeds")
@@ -144,7 +157,7 @@ def main() -> None:
     p.add_argument("--json", help="write the summary here")
     p.add_argument("overrides", nargs="*", help="extra cbm-train overrides (after --)")
     a = p.parse_args()
-    archs, seeds = a.archs.split(","), [int(s) for s in a.seeds.split(",")]
+    archs, seeds = a.archs.split(","), parse_seeds(a.seeds)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(arch, s, "") for arch in archs for s in seeds] + ([(arch, seeds[0], "-repeat") for arch in archs] if a.repeat else [])
