@@ -172,6 +172,9 @@ class ProbCBMConfig(ModelConfig):
     mc_seed: int = 0
     #: Initial value of the learned concept and class distance scales.
     scale_init: float = 5.0
+    #: Initial log-variance of every concept embedding (the bias of the log-variance head); see
+    #: "Initial variance" in cbm/models/probcbm.py.
+    logvar_init: float = -4.0
     #: Weight of the KL(N(mu, sigma^2) || N(0, I)) regulariser (reference ``vib_beta``).
     kl_weight: float = 5e-5
     #: Training-time intervention: probability that an MC draw of a sample is replaced by the
