@@ -85,7 +85,7 @@ def test_plan_pairs_the_black_box_and_names_cells_by_directory(tmp_path):
 
 
 def test_cell_state_done_changed_resume(tmp_path):
-    c = typed("+experiment=alignment_smoke", f"output_dir={tmp_path}")
+    c = typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", "seeds=[0]")
     cell = plan(c)[1]
     assert cell.state() == "fresh"
     cell.dir.mkdir(parents=True)
