@@ -78,7 +78,7 @@ def test_plan_pairs_the_black_box_and_names_cells_by_directory(tmp_path):
     assert f"blackbox={tmp_path / 'llm' / 'blackbox' / 'seed1' / 'train' / 'metrics.json'}" in cem1.overrides
     assert [n.key for n in cem1.needs] == ["llm/cem/seed1/train", "llm/blackbox/seed1/train"]
     # no LLM client configured: the llm intervener is left out with the reason (n/a rows)
-    assert "intervener=[oracle,expert]" in cem1.overrides and "no LLM client configured" in cem1.skipped["llm"]
+    assert "intervener=[oracle,expert,self]" in cem1.overrides and "no LLM client configured" in cem1.skipped["llm"]
     c = typed("+experiment=sudoku_automation", f"output_dir={tmp_path}")
     auto = {x.model: x for x in plan(c) if x.stage == "automate" and x.setting == "18px"}
     assert "ks=[0]" in auto["blackbox"].overrides and "ks=[0,3,max]" in auto["cbm"].overrides
