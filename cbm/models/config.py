@@ -175,6 +175,9 @@ class ProbCBMConfig(ModelConfig):
     #: Initial log-variance of every concept embedding (the bias of the log-variance head); see
     #: "Initial variance" in cbm/models/probcbm.py.
     logvar_init: float = -4.0
+    #: Training epochs at the start whose samples are the means (no noise, no KL term): the means
+    #: learn as a deterministic CBM's before the variances do (0: off).
+    warmup_epochs: int = 0
     #: Weight of the KL(N(mu, sigma^2) || N(0, I)) regulariser (reference ``vib_beta``).
     kl_weight: float = 5e-5
     #: Training-time intervention: probability that an MC draw of a sample is replaced by the
@@ -185,6 +188,8 @@ class ProbCBMConfig(ModelConfig):
         super().__post_init__()
         if min(self.emb_size, self.class_emb_size, self.n_samples_train) <= 0 or self.n_samples_infer < 0:
             raise ValueError("model.emb_size, class_emb_size and n_samples_train must be > 0, n_samples_infer >= 0")
+        if self.warmup_epochs < 0:
+            raise ValueError(f"model.warmup_epochs must be >= 0, got {self.warmup_epochs}")
         if self.scale_init <= 0 or self.kl_weight < 0:
             raise ValueError("model.scale_init must be > 0 and model.kl_weight >= 0")
         if not 0.0 <= self.train_intervention_prob <= 1.0:

@@ -162,7 +162,9 @@ class ProbCBM(ConceptModel):
         features = self.backbone(x)
         mean, logvar = self.distribution(features)
         std = torch.exp(0.5 * logvar)
-        if self.training:
+        if self.training and self.warming_up():
+            eps = mean.new_zeros(len(mean), 1, *mean.shape[1:])  # the mean itself, as a CBM's concept
+        elif self.training:
             eps = torch.randn(len(mean), self.cfg.n_samples_train, *mean.shape[1:], dtype=mean.dtype, device=mean.device)
         else:
             eps = self.eps_infer.unsqueeze(0)
@@ -244,8 +246,12 @@ class ProbCBM(ConceptModel):
         """BCE on the MC-mean probabilities (reference ``MCBCELoss``)."""
         return F.binary_cross_entropy(state.probs, c)
 
+    def warming_up(self) -> bool:
+        """Within ``warmup_epochs`` of training: samples are the means and there is no KL term."""
+        return self.cfg.warmup_epochs > 0 and self._trainer is not None and self.current_epoch < self.cfg.warmup_epochs
+
     def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
-        if self.cfg.kl_weight <= 0:
+        if self.cfg.kl_weight <= 0 or self.warming_up():
             return {}
         mean, logvar = state.extras["mean"], 2 * state.extras["std"].log()
         kl = -0.5 * (1 + logvar - mean.pow(2) - logvar.exp())

@@ -77,6 +77,8 @@ TRAIN = [
 TRAIN_MULTI = [
     (["model=cem", "model.randint_prob=2"], "randint_prob"),
     (["model=probcbm", "model.n_samples_train=0"], "n_samples_train"),
+    (["model=probcbm", "model.warmup_epochs=-1"], "model.warmup_epochs must be >= 0, got -1"),
+    (["model=probcbm", "model.logvar_init=abc"], "logvar_init"),
     (["model=ecbm", "model.infer_steps=-1"], "infer_steps"),
     (["model=cem", "model.training=independent"], "CEM trains jointly"),
     (["model=cbm", "model.concept_readout=sharp"], "concept_readout must be one of"),

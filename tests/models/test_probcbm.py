@@ -154,3 +154,26 @@ def test_concepts_start_tight_so_their_means_learn():
         grads[lv] = norms
     assert make().cfg.logvar_init == -4.0  # the default
     assert all(tight > 4 * loose for tight, loose in zip(grads[-4.0], grads[0.0])), grads
+
+
+def test_warmup_epochs_train_on_the_means_without_kl():
+    """``warmup_epochs``: the first epochs sample the means themselves (no noise, no KL term), so the
+    means learn as a deterministic CBM's before the variances do; afterwards training samples again."""
+    from types import SimpleNamespace
+
+    model = make(warmup_epochs=2).train()
+    x, c = torch.randn(8, 12), (torch.rand(8, 7) > 0.5).float()
+    batch = {"x": x, "c": c, "y": torch.zeros(8, dtype=torch.long)}
+    for epoch, warm in ((0, True), (1, True), (2, False)):
+        model._trainer = SimpleNamespace(current_epoch=epoch)
+        state = model.encode(x)
+        samples, mean = state.extras["samples"], state.extras["mean"]
+        assert model.warming_up() is warm
+        if warm:
+            assert samples.shape[1] == 1 and torch.equal(samples[:, 0], mean)
+            assert model.extra_losses(batch, state, model.predict(state)) == {}
+        else:
+            assert samples.shape[1] == 4 and not torch.equal(samples[:, 0], mean)
+            assert set(model.extra_losses(batch, state, model.predict(state))) == {"kl_loss"}
+    model._trainer = None
+    assert make().cfg.warmup_epochs == 0 and not make().train().warming_up()  # off by default
