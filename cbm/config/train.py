@@ -48,6 +48,9 @@ class TrainerConfig:
     checkpoint_monitor: str = "task_loss"
     #: Stop when the monitored metric has not improved for this many epochs; 0 disables.
     early_stopping_patience: int = 0
+    #: An epoch counts as an improvement for early stopping only when it beats the best by more
+    #: than this (in the monitored metric's units: a loss, or an accuracy / AUROC in [0, 1]).
+    early_stopping_min_delta: float = 0.0
     log_every_n_steps: int = 10
     #: ``auto``: only when the output is a terminal (else one log line per epoch); or true / false.
     enable_progress_bar: Any = "auto"
@@ -86,6 +89,8 @@ class TrainerConfig:
             raise ValueError(f"trainer.precision must be one of {PRECISIONS}, got '{self.precision}'")
         if self.early_stopping_patience < 0:
             raise ValueError("trainer.early_stopping_patience must be >= 0")
+        if not 0.0 <= self.early_stopping_min_delta < 1.0:
+            raise ValueError(f"trainer.early_stopping_min_delta must be in [0, 1), got {self.early_stopping_min_delta}")
         if self.checkpoint_monitor not in CHECKPOINT_MONITORS:
             raise ValueError(f"trainer.checkpoint_monitor must be one of {tuple(CHECKPOINT_MONITORS)}, got '{self.checkpoint_monitor}'")
         if self.checkpoint_monitor == "last" and self.early_stopping_patience > 0:

@@ -24,6 +24,10 @@ from cbm.models.state import ConceptState
 
 log = logging.getLogger("cbm")
 
+#: Largest concept count whose hard-readout head is tabulated for the responsiveness search
+#: (``2^m`` rows: 65,536 at 16); above it pairs go through the head's first layer.
+HARD_TABLE_MAX_CONCEPTS = 16
+
 
 def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
     """The backbone's own concept layer if it has one, else a linear map of its features."""
@@ -73,9 +77,13 @@ class CBM(ConceptModel):
         return additive_pair_bytes(self.head, self.n_classes) if self._plain_cbm_contract() else None
 
     def pair_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
-        """The head's first layer is linear in the probabilities: each pair moves its output by
+        """The hard readout's head sees only ``2^m`` binary inputs: its logits are tabulated once and
+        each pair is an integer code into the table (``m <= HARD_TABLE_MAX_CONCEPTS``). Otherwise
+        the head's first layer is linear in the probabilities: each pair moves its output by
         ``sum_{i in S} (a_i - p_i) W_1[:, i]`` (row gathers, no expanded state, no concept logits);
         the rest of the head runs on the moved outputs."""
+        if self.cfg.concept_readout == "hard" and self._plain_cbm_contract() and state.n_concepts <= HARD_TABLE_MAX_CONCEPTS:
+            return self._hard_table_logits(state, pairs)
         split = first_linear(self.head) if self._plain_cbm_contract() else None
         if split is None:
             return super().pair_logits(state, pairs)
@@ -83,6 +91,19 @@ class CBM(ConceptModel):
         p = self.readout(state.probs)
         move = (first.weight * self.concept_keep).T.unsqueeze(0)  # [1, m, F]
         return additive_pair_logits(first(p * self.concept_keep), move, p, pairs, rest)
+
+    def _hard_table_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
+        """``[B, P, C]``: the head's logits for every binary input (code ``sum_i a_i 2^i``), read at
+        each pair's code: the example's thresholded concepts with the pair's concepts set to its values."""
+        m, dev = state.n_concepts, state.probs.device
+        powers = torch.ones(m, dtype=torch.long, device=dev) << torch.arange(m, device=dev)  # [m]
+        every = (torch.arange(1 << m, device=dev)[:, None] & powers).ne(0).to(state.probs.dtype)  # [2^m, m]
+        table = self.head(every * self.concept_keep.to(every))  # [2^m, C]
+        hard = state.probs > 0.5  # what readout() feeds the head
+        # the dense form: a pair may list a concept twice (the engine masks such candidates out later)
+        ones = torch.where(pairs.mask, pairs.values > 0.5, hard[:, None, :])  # [B, P, m]
+        codes = (ones.long() * powers).sum(-1)  # [B, P]
+        return table[codes]
 
     # ------------------------------------------------------------ training schemes
     def _in_head_phase(self) -> bool:

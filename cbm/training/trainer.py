@@ -115,7 +115,9 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=monitor, mode=mode, save_last=True)
     ]
     if t.early_stopping_patience > 0:
-        callbacks.append(EarlyStopping(monitor=monitor, mode=mode, patience=t.early_stopping_patience))
+        callbacks.append(
+            EarlyStopping(monitor=monitor, mode=mode, patience=t.early_stopping_patience, min_delta=t.early_stopping_min_delta)
+        )
     bar = progress_bar_wanted(t.enable_progress_bar)
     callbacks += [EpochSeeding(cfg.seed), *([] if bar else [EpochLine()]), *(extra_callbacks or [])]
     quiet_lightning()

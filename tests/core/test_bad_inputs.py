@@ -37,6 +37,8 @@ TRAIN = [
     ("trainer.log_every_n_steps=0", "trainer.log_every_n_steps"),
     ("trainer.enable_progress_bar=maybe", "trainer.enable_progress_bar"),
     ("trainer.early_stopping_patience=-1", "early_stopping_patience"),
+    ("trainer.early_stopping_min_delta=-0.1", "early_stopping_min_delta"),
+    ("trainer.early_stopping_min_delta=1.5", "early_stopping_min_delta"),
     ("trainer.limit_train_batches=0", "trainer.limit_train_batches must be a fraction in (0, 1] or a batch count >= 1, got 0"),
     ("trainer.limit_val_batches=1.5", "trainer.limit_val_batches must be a fraction"),
     ("seed=-1", "seed must be in [0, 2**32)"),

@@ -351,6 +351,7 @@ ARCH_CASES = {
     "cbm-mlp": ("cbm", {"head": {"kind": "mlp", "hidden": 8}}),
     "cbm-hard-linear": ("cbm", {"concept_readout": "hard", "head": {"kind": "linear"}}),
     "cbm-hard-mlp": ("cbm", {"concept_readout": "hard", "head": {"kind": "mlp", "hidden": 8}}),
+    "cbm-hard-mlp-aligned": ("cbm", {"concept_readout": "hard", "head": {"kind": "mlp", "hidden": 8}, "zero_concepts": ["c1"]}),
     "cem-linear": ("cem", {"emb_size": 3}),
     "cem-mlp": ("cem", {"emb_size": 3, "head": {"kind": "mlp", "hidden": 8}}),
     "probcbm": ("probcbm", {"n_samples_infer": 6, "emb_size": 4, "class_emb_size": 8}),
