@@ -129,7 +129,8 @@ class ExperimentConfig:
     train: list[str] = field(default_factory=list)
     #: Data settings: name -> cbm-train overrides (``data=robot_paper``, ``data.concept_noise=0.2``).
     settings: dict[str, list[str]] = field(default_factory=dict)
-    #: Architectures: name -> cbm-train overrides (``model=cem``, ``model.training=joint``).
+    #: Architectures: name -> cbm-train overrides (``model=cem``, ``model.training=joint``); they come
+    #: after ``settings`` and ``train``, so a model's own value of a key wins.
     models: dict[str, list[str]] = field(default_factory=dict)
     #: The entry of ``models`` that is the black box, trained once per setting and seed and paired
     #: with every concept model of that setting and seed for Gain (``null``: none).

@@ -118,7 +118,8 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
         for model, m_over in cfg.models.items():
             for seed in cfg.seeds:
                 d = root / setting / model / f"seed{seed}" / "train"
-                over = [*s_over, *m_over, *cfg.train, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
+                # the most specific last: a model's own overrides win over the experiment-wide `train`
+                over = [*s_over, *cfg.train, *m_over, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
                 if covers_oracle_table(cfg) and model != cfg.blackbox:
                     over.insert(-1, f"{ORACLE_TABLE}[]")
                 cell = Cell("train", setting, model, seed, d, over)

@@ -89,7 +89,7 @@ EXPERIMENT = [
     ([*TINY, "train=[trainer.max_epochs=1e23]"], "could not be converted to Integer (key: trainer.max_epochs)", (SLOW,)),
     ([*TINY, "train=[trainer.max_epochs=10000000]"], "trainer.max_epochs must be <= 1,000,000", ()),
     ([*TINY, "train=[trainer.max_epochs=2.5]"], "trainer.max_epochs", (SLOW,)),
-    ([*TINY, "train=[model=nope]"], "tab/cbm (train): config: unknown model 'nope'", ()),
+    ([*TINY, "models.cbm=[model=nope]"], "tab/cbm (train): config: unknown model 'nope'", ()),
     ([*TINY, "train=[nope=1]"], "unknown key 'nope'", (SLOW,)),
     ([*TINY, "train=[trainer.max_epochs=20"], "bad override", (SLOW,)),
     ([*TINY, "train=[batch_size=0]"], "batch_size", (SLOW,)),
