@@ -22,7 +22,7 @@ from cbm.config import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig
 from cbm.models.hooks import InterventionHooks
-from cbm.models.state import ConceptState
+from cbm.models.state import MINIMISED, ConceptState
 
 Batch = dict[str, Tensor]
 #: Logit used for a concept set to exactly 0 or 1 (sigmoid(±LOGIT_CLAMP) rounds to 0/1 in float32).
@@ -260,6 +260,6 @@ def replace_concepts(state: ConceptState, mask: Tensor, values: Tensor) -> Conce
         probs=torch.where(mask, values, state.probs),
         intervened=state.intervened | mask,
         uncertainty=None if state.uncertainty is None else torch.where(mask, torch.zeros_like(values), state.uncertainty),
-        extras=dict(state.extras),
+        extras={k: v for k, v in state.extras.items() if k != MINIMISED},  # edited: no longer a minimum
     )
 

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit
 from cbm.models.config import ECBMConfig
 from cbm.models.hooks import PairBlock, additive_pair_logits
-from cbm.models.state import ConceptState
+from cbm.models.state import MINIMISED, ConceptState
 
 
 def _energy(h: Tensor, e: Tensor, w: Tensor, b: Tensor, slope: float = 0.0) -> Tensor:
@@ -191,7 +191,8 @@ class ECBM(ConceptModel):
         fixed = state.intervened
         a, b = self.minimise(state.extras["features"], state.logits, y_logits, fixed, state.probs)
         probs = torch.where(fixed, state.probs, torch.sigmoid(a))
-        extras = {**state.extras, "y_logits": b}
+        # MINIMISED marks rows whose (a, b) is this bounded descent's result: predict reads them as they are
+        extras = {**state.extras, "y_logits": b, MINIMISED: torch.ones(len(b), dtype=torch.bool, device=b.device)}
         return ConceptState(logits=torch.where(fixed, state.logits, a), probs=probs, intervened=fixed, extras=extras)
 
     # ------------------------------------------------------------------ contract
@@ -226,9 +227,13 @@ class ECBM(ConceptModel):
         return self._infer_state(new, y0)
 
     def predict(self, state: ConceptState) -> Tensor:
-        """Re-minimise from ``state`` (a no-op at a minimum), then ``-(w_xy E_xy + w_cy E_cy)`` per class."""
-        y0 = state.extras.get("y_logits", state.logits.new_zeros(state.batch_size, self.n_classes))
-        state = self._infer_state(state, y0)
+        """``-(w_xy E_xy + w_cy E_cy)`` per class at the state's minimum: a state that ``encode`` or
+        ``intervene`` minimised is read as it is (one bounded descent per inference, ``infer_steps``
+        meaning what it says); any other state is minimised first."""
+        done = state.extras.get(MINIMISED)
+        if done is None or not bool(done.all()):
+            y0 = state.extras.get("y_logits", state.logits.new_zeros(state.batch_size, self.n_classes))
+            state = self._infer_state(state, y0)
         w = self._weights(state.intervened.any(1)).to(state.probs)
         e_xy, e_cy = self.class_energies(state.extras["features"], state.probs)
         return -(w[:, :1] * e_xy + w[:, 2:] * e_cy)

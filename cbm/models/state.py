@@ -13,6 +13,11 @@ import torch
 from torch import Tensor
 
 
+#: ``extras`` key of a model whose ``predict`` would otherwise minimise (ECBM): ``[B]`` bool, the row
+#: is already the result of that minimisation. Editing the concepts (:func:`replace_concepts`) drops it.
+MINIMISED = "minimised"
+
+
 @dataclass
 class ConceptState:
     """Concept predictions of a batch plus the architecture's own state.

@@ -161,3 +161,24 @@ def test_bad_config_fails_with_one_line(bad):
     with pytest.raises(ConfigError) as err:
         build_model({"name": "ecbm", **bad}, INFO)
     assert "\n" not in str(err.value)
+
+
+def test_one_bounded_descent_per_inference():
+    """``predict`` reads a state that ``encode`` / ``intervene`` minimised as it is (``infer_steps``
+    bounds the whole inference, not each call); an edited state is minimised again."""
+    from cbm.models.base import replace_concepts
+
+    model = make(infer_steps=5, infer_tol=0.0)  # never converged: every descent runs all 5 steps
+    calls = []
+    real = model.minimise
+    model.minimise = lambda *a: calls.append(1) or real(*a)
+    with torch.no_grad():
+        state = model.encode(torch.randn(6, 12))
+        model.predict(state)
+        assert len(calls) == 1
+        new = model.intervene(state, all_mask(6) & (torch.arange(7) < 2), torch.ones(6, 7))
+        model.predict(new)
+        assert len(calls) == 2
+        edited = replace_concepts(state, all_mask(6) & (torch.arange(7) == 3), torch.zeros(6, 7))
+        model.predict(edited)
+        assert len(calls) == 3
