@@ -26,7 +26,7 @@ lint: setup
 test: lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
 	export CBM_SMOKE_EXPERIMENTS=$$(mktemp -d) && \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q -m slow && \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -m slow && \
 	CBM_NOTEBOOK_OUT=$$CBM_SMOKE_EXPERIMENTS $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=1200 notebooks
 
 ## Rewrite the notebooks from notebooks/make_notebooks.py.

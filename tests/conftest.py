@@ -45,3 +45,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+#: The longest tests (``pytest -m slow --durations=30`` on 2 workers: 35-130 s each), started first so
+#: the run never ends on one worker alone with a two-minute test (longest-processing-time first).
+LONGEST_FIRST = (
+    "test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell",
+    "test_an_independent_cbm_resumes_with_its_solved_head_and_an_older_run_with_its_gradient_head",
+    "test_calibrated_sudoku_50px_cbm_reaches_the_target_on_test",
+    "test_short_run_on_18px_boards_learns_the_checks_and_the_label",
+    "test_cbm_on_50px_printed_boards_reaches_the_stated_accuracies",
+    "test_diagnostics_of_a_decision_support_smoke_experiment",
+    "test_eight_parallel_intervene_runs_keep_eight_result_directories",
+    "test_diagnostics_of_an_alignment_smoke_experiment",
+    "test_joblib_sweep_shares_one_sweep_dir_and_reports_the_swept_setting",
+    "test_kill_9_of_the_parent_leaves_no_orphan_and_a_rerun_finishes",
+    "test_image_cbm_demo_config",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest tests first (a stable sort: everything else keeps its order)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(getattr(item, "originalname", item.name), len(rank)))

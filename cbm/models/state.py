@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 from torch import Tensor
 
-
 #: ``extras`` key of a model whose ``predict`` would otherwise minimise (ECBM): ``[B]`` bool, the row
 #: is already the result of that minimisation. Editing the concepts (:func:`replace_concepts`) drops it.
 MINIMISED = "minimised"
