@@ -94,16 +94,18 @@ class CBM(ConceptModel):
 
     def _hard_table_logits(self, state: ConceptState, pairs: PairBlock) -> Tensor:
         """``[B, P, C]``: the head's logits for every binary input (code ``sum_i a_i 2^i``), read at
-        each pair's code: the example's thresholded concepts with the pair's concepts set to its values."""
+        each pair's code: the example's thresholded concepts with the pair's concepts set to its values.
+        The table is built once per state (the search calls this per chunk and per step)."""
         m, dev = state.n_concepts, state.probs.device
         powers = torch.ones(m, dtype=torch.long, device=dev) << torch.arange(m, device=dev)  # [m]
-        every = (torch.arange(1 << m, device=dev)[:, None] & powers).ne(0).to(state.probs.dtype)  # [2^m, m]
-        table = self.head(every * self.concept_keep.to(every))  # [2^m, C]
-        hard = state.probs > 0.5  # what readout() feeds the head
+        cached = getattr(self, "_hard_table", None)
+        if cached is None or cached[0] is not state:
+            every = (torch.arange(1 << m, device=dev)[:, None] & powers).ne(0).to(state.probs.dtype)  # [2^m, m]
+            self._hard_table = (state, self.head(every * self.concept_keep.to(every)))  # [2^m, C]
+        hard = self.readout(state.probs).bool()  # what the head reads
         # the dense form: a pair may list a concept twice (the engine masks such candidates out later)
         ones = torch.where(pairs.mask, pairs.values > 0.5, hard[:, None, :])  # [B, P, m]
-        codes = (ones.long() * powers).sum(-1)  # [B, P]
-        return table[codes]
+        return self._hard_table[1][(ones.long() * powers).sum(-1)]
 
     # ------------------------------------------------------------ training schemes
     def _in_head_phase(self) -> bool:
