@@ -129,8 +129,24 @@ def test_a_component_class_of_the_right_kind_is_built(components):
     got = registry.build("intervener", "oracle", {"_target_": "my_components.GoodIntervener", "value": 0.5}, registry.BuildContext())
     assert isinstance(got, components.GoodIntervener) and got.value == 0.5
     for kind in registry.KINDS:  # every shipped component passes the check
-        for name in registry.names(kind):
+        names = shipped(kind)
+        assert names, kind
+        for name in names:
             assert registry.component_class(kind, name).from_config
+
+
+def shipped(kind: str) -> list[str]:
+    """The package's own components of ``kind``: another xdist worker's test may add (and remove) a
+    temporary ``conf/<kind>/<name>.yaml`` naming a module only that worker can import."""
+    out = []
+    for name in registry.names(kind):
+        try:
+            target = registry.defaults(kind, name).get("_target_", "")
+        except (ConfigError, OSError):  # removed since the listing
+            continue
+        if str(target).startswith("cbm."):
+            out.append(name)
+    return out
 
 
 def test_the_registry_error_is_one_line_through_the_config_error_type(components):
