@@ -34,7 +34,7 @@ from synthetic.robot.attributes import EXPRESSION_NAMES
 
 CONCEPT_SET_DIR = Path(__file__).parent / "concept_sets"
 #: Built-in concept sets, selected by ``RobotConfig.concept_set``.
-BUILTIN_SETS: tuple[str, ...] = ("true", "fine", "llm")
+BUILTIN_SETS: tuple[str, ...] = ("true", "fine", "llm", "human")
 
 _BINOPS = {
     ast.Add: np.add,

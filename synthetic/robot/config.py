@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from synthetic.robot.attributes import EXPRESSION_NAMES, MAX_SHIFT, MAX_TINT
-from synthetic.robot.concepts import load_concept_set
+from synthetic.robot.attributes import BODY_CARDINALITY, BODY_NAMES, EXPRESSION_NAMES, MAX_SHIFT, MAX_TINT
+from synthetic.robot.concepts import ExpressionError, check_expression, load_concept_set
 from synthetic.robot.renderer import PART_NAMES
+from synthetic.robot.rules import LABEL_RULE_NAMES, LABEL_RULES, RULE_TRAIN_CONSTRAINTS
 
 MODALITIES = ("image", "tabular", "text")
 #: Bytes a robot takes in memory besides its input (labels, concepts, attributes; measured ~1 KB).
@@ -62,28 +63,72 @@ def _boolean(where: str, value: Any) -> bool:
 
 @dataclass
 class LabelConfig:
-    """``Pr(Glorp | c) = sigmoid(scale * (sum_k weights[k] * attr_k + bias))``.
+    """``Pr(Glorp | c) = sigmoid(scale * (sum_k weights[k] * term_k + bias))``.
 
-    ``weights`` maps attribute names (``EXPRESSION_NAMES``, e.g. ``mouth_closed``,
-    ``foot_pointy``, ``knees``) to coefficients.
+    ``weights`` maps terms to coefficients: an attribute name (``EXPRESSION_NAMES``, e.g.
+    ``mouth_closed``, ``foot_pointy``, ``knees``) or an expression over them in the concept-set
+    language (e.g. ``"foot_subtype == 9"``, ``"(knees == 1) & (elbows == 0)"``; booleans count 0/1).
+    ``stochastic``: draw ``y ~ Bernoulli(Pr(Glorp))``; else ``y = 1[Pr(Glorp) > 0.5]``.
     """
 
-    weights: dict[str, float] = field(
-        default_factory=lambda: {"mouth_closed": 5.0, "foot_pointy": 8.0, "knees": -5.0}
-    )
-    bias: float = 2.0
-    scale: float = 4.2
+    weights: dict[str, float] = field(default_factory=lambda: dict(LABEL_RULES["sparse"]["weights"]))
+    bias: float = LABEL_RULES["sparse"]["bias"]
+    scale: float = LABEL_RULES["sparse"]["scale"]
+    stochastic: bool = True
 
     def __post_init__(self) -> None:
         weights = _plain(self.weights)
-        if not isinstance(weights, Mapping):
-            _fail("RobotConfig.label.weights", f"expected a mapping attribute -> coefficient, got {weights!r}")
-        unknown = sorted(set(weights) - set(EXPRESSION_NAMES))
-        if unknown:
-            _fail("RobotConfig.label.weights", f"unknown attribute(s) {unknown}; expected names from {EXPRESSION_NAMES}")
+        if not isinstance(weights, Mapping) or not weights:
+            _fail("RobotConfig.label.weights", f"expected a non-empty mapping term -> coefficient, got {weights!r}")
+        for term in weights:
+            try:
+                check_expression(str(term))
+            except ExpressionError as err:
+                _fail("RobotConfig.label.weights", f"term {str(term)!r}: {err} (attribute names: {EXPRESSION_NAMES})")
         self.weights = {str(k): _number(f"RobotConfig.label.weights.{k}", v) for k, v in weights.items()}
         self.bias = _number("RobotConfig.label.bias", self.bias)
         self.scale = _number("RobotConfig.label.scale", self.scale)
+        self.stochastic = _boolean("RobotConfig.label.stochastic", self.stochastic)
+
+
+@dataclass
+class SamplingConstraint:
+    """At least ``min_fraction`` of the training robots satisfy ``expr`` (an expression over the body
+    attributes, ``BODY_NAMES`` plus ``hand_edgy`` / ``foot_pointy``)."""
+
+    expr: str
+    min_fraction: float
+
+    def __post_init__(self) -> None:
+        where = "RobotConfig.train_constraints"
+        try:
+            check_expression(str(self.expr), [*BODY_NAMES, "hand_edgy", "foot_pointy"])
+        except ExpressionError as err:
+            _fail(where, f"{err} (body attributes only: {[*BODY_NAMES, 'hand_edgy', 'foot_pointy']})")
+        self.expr = str(self.expr)
+        self.min_fraction = _number(f"{where}[{self.expr!r}].min_fraction", self.min_fraction, 0.0, 1.0)
+        if self.min_fraction > 0 and pattern_share(self.expr) == 0:
+            _fail(where, f"{self.expr!r} matches no robot (every body attribute value is checked)")
+
+
+def body_grid() -> dict:
+    """Every combination of the body attributes once (an attribute table), for exact shares."""
+    import numpy as np
+
+    from synthetic.robot.attributes import META_NAMES, attribute_table
+
+    cards = [BODY_CARDINALITY[name] for name in BODY_NAMES]
+    grid = np.stack(np.meshgrid(*[np.arange(c) for c in cards], indexing="ij"), -1).reshape(-1, len(cards))
+    meta = np.zeros((len(grid), len(META_NAMES)), dtype=np.int64)
+    meta[:, : len(BODY_NAMES)] = grid
+    return attribute_table(meta)
+
+
+def pattern_share(expr: str) -> float:
+    """Exact share of robots (body attributes uniform and independent) that satisfy ``expr``."""
+    from synthetic.robot.concepts import evaluate
+
+    return float(evaluate(expr, body_grid()).astype(bool).mean())
 
 
 @dataclass
@@ -147,7 +192,13 @@ class RobotConfig:
     renders_per_robot: int = 1
     #: text modality: shuffle the order of the feature clauses per sample
     text_shuffle: bool = True
+    #: sparse (the first paper's rule) | balanced (concept-benchmark 0.4's default) | custom (``label``)
+    label_rule: str = "sparse"
     label: LabelConfig = field(default_factory=LabelConfig)
+    #: training-split shift: ``[{expr, min_fraction}]`` (in order, each takes its share of the training
+    #: robots among robots matching ``expr``, the rest of the split is drawn as usual), or ``rule``: the 0.4 shift
+    #: of ``label_rule`` (six of the ten foot sub-types). Validation, calibration and test are unshifted.
+    train_constraints: Any = field(default_factory=list)
     nuisance: NuisanceConfig = field(default_factory=NuisanceConfig)
 
     def __post_init__(self) -> None:
@@ -195,7 +246,9 @@ class RobotConfig:
             _fail("RobotConfig.n_train", "every split is empty (n_train, n_calib and n_test are all 0)")
         self.renders_per_robot = _integer("RobotConfig.renders_per_robot", self.renders_per_robot, 1)
         self.text_shuffle = _boolean("RobotConfig.text_shuffle", self.text_shuffle)
-        for name, cls in (("label", LabelConfig), ("nuisance", NuisanceConfig)):
+        self._resolve_label_rule()
+        self._resolve_train_constraints()
+        for name, cls in (("nuisance", NuisanceConfig),):
             value = _plain(getattr(self, name))
             if isinstance(value, Mapping):
                 try:
@@ -205,6 +258,49 @@ class RobotConfig:
             if not isinstance(value, cls):
                 _fail(f"RobotConfig.{name}", f"expected a mapping or {cls.__name__}, got {value!r}")
             setattr(self, name, value)
+
+    def _resolve_label_rule(self) -> None:
+        """``label_rule`` names a rule (its formula replaces ``label``) or is ``custom``."""
+        if self.label_rule not in LABEL_RULE_NAMES:
+            _fail("RobotConfig.label_rule", f"must be one of {list(LABEL_RULE_NAMES)}, got {self.label_rule!r}")
+        value = _plain(self.label)
+        if isinstance(value, Mapping):
+            try:
+                value = LabelConfig(**value)
+            except TypeError as err:
+                _fail("RobotConfig.label", str(err))
+        if not isinstance(value, LabelConfig):
+            _fail("RobotConfig.label", f"expected a mapping or LabelConfig, got {value!r}")
+        if self.label_rule != "custom":
+            rule = LabelConfig(**LABEL_RULES[self.label_rule], stochastic=value.stochastic)
+            if value not in (LabelConfig(stochastic=value.stochastic), rule):
+                _fail("RobotConfig.label", f"label_rule={self.label_rule} fixes the rule; set label_rule=custom to use your own label block")
+            value = rule
+        self.label = value
+
+    def _resolve_train_constraints(self) -> None:
+        where = "RobotConfig.train_constraints"
+        raw = _plain(self.train_constraints)
+        if raw == "rule":
+            if self.label_rule not in RULE_TRAIN_CONSTRAINTS:
+                _fail(where, f"'rule' needs a named label_rule ({sorted(RULE_TRAIN_CONSTRAINTS)}), got {self.label_rule!r}")
+            raw = RULE_TRAIN_CONSTRAINTS[self.label_rule]
+        if raw is None:
+            raw = []
+        if isinstance(raw, str) or not isinstance(raw, list | tuple):
+            _fail(where, f"expected a list of {{expr, min_fraction}} or 'rule', got {raw!r}")
+        out = []
+        for item in raw:
+            if isinstance(item, SamplingConstraint):
+                out.append(item)
+                continue
+            if not isinstance(item, Mapping) or set(item) != {"expr", "min_fraction"}:
+                _fail(where, f"each entry needs exactly the keys expr and min_fraction, got {item!r}")
+            out.append(SamplingConstraint(**item))
+        total = sum(c.min_fraction for c in out)
+        if total > 1.0 + 1e-9:
+            _fail(where, f"the min_fraction values sum to {total:g} > 1")
+        self.train_constraints = out
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -241,13 +337,20 @@ class RobotConfig:
 
     def record(self) -> dict[str, Any]:
         """``to_dict`` without the knobs added later that are at their neutral value
-        (``visibility`` empty, ``pixel_noise`` 0): the cache key and ``info`` of every config
+        (``visibility`` empty, ``pixel_noise`` 0, ``label_rule`` sparse, a stochastic label, no
+        ``train_constraints``): the cache key and ``info`` of every config
         written before those knobs existed stay what they were."""
         out = self.to_dict()
         if not out["visibility"]:
             del out["visibility"]
         if not out["pixel_noise"]:
             del out["pixel_noise"]
+        if out["label_rule"] == "sparse":
+            del out["label_rule"]
+        if out["label"]["stochastic"]:
+            del out["label"]["stochastic"]
+        if not out["train_constraints"]:
+            del out["train_constraints"]
         return out
 
     @classmethod

@@ -41,8 +41,8 @@ from synthetic.robot.attributes import (
     attribute_table,
     tabular_features,
 )
-from synthetic.robot.concepts import load_concept_set
-from synthetic.robot.config import RobotConfig
+from synthetic.robot.concepts import evaluate, load_concept_set
+from synthetic.robot.config import RobotConfig, pattern_share
 from synthetic.robot.renderer import render
 
 #: Bump when the output for a given config changes (part of the cache key).
@@ -63,20 +63,55 @@ def glorp_probability(table: dict[str, np.ndarray], cfg: RobotConfig) -> np.ndar
     """``Pr(y = Glorp | attributes)`` under the configured label rule."""
     n = len(next(iter(table.values())))
     z = np.full(n, cfg.label.bias, dtype=np.float64)
-    for name, w in cfg.label.weights.items():
-        z += w * table[name]
+    for term, w in cfg.label.weights.items():
+        z += w * (table[term] if term in table else evaluate(term, table).astype(np.float64))
     return 1.0 / (1.0 + np.exp(-cfg.label.scale * z))
+
+
+def _draw_body(rng: np.random.Generator, n: int) -> np.ndarray:
+    return np.stack([rng.integers(0, BODY_CARDINALITY[name], n) for name in BODY_NAMES], axis=1)
+
+
+def _constrained_body(cfg: RobotConfig, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` robots' body attributes under ``cfg.train_constraints`` (concept-benchmark 0.4's skewed
+    training sample): in order, each constraint takes ``int(n * min_fraction)`` robots among those of
+    a pool (drawn as usual) that match it and are not taken yet; the rest of the split is drawn as
+    usual; the result is shuffled. The pool grows in rounds until every share is met."""
+    needs = [int(n * c.min_fraction) for c in cfg.train_constraints]
+    rest = _draw_body(rng, n - sum(needs))
+    share = min((pattern_share(c.expr) for c, k in zip(cfg.train_constraints, needs) if k), default=1.0)
+    size = int(max(needs, default=0) / share * 1.25) + 64
+    pool = np.zeros((0, len(BODY_NAMES)), dtype=np.int64)
+    while True:
+        pool = np.concatenate([pool, _draw_body(rng, size)])
+        meta = np.zeros((len(pool), len(META_NAMES)), dtype=np.int64)
+        meta[:, : len(BODY_NAMES)] = pool
+        table = attribute_table(meta)
+        free = np.ones(len(pool), dtype=bool)
+        taken = []
+        for c, k in zip(cfg.train_constraints, needs):
+            rows = np.flatnonzero(free & evaluate(c.expr, table).astype(bool))[:k]
+            if len(rows) < k:
+                break
+            free[rows] = False
+            taken.append(rows)
+        else:
+            body = np.concatenate([pool[np.concatenate(taken)], rest])
+            return body[rng.permutation(n)]
+        size = len(pool)  # not enough matches yet: double the pool (the same stream: deterministic)
 
 
 def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarray, np.ndarray]:
     """``meta [n*R, k]`` and ``y [n*R]`` of one split."""
     reps = cfg.renders_per_robot
     rng = _rng(cfg, "body", split)
-    body = np.stack([rng.integers(0, BODY_CARDINALITY[name], n_robots) for name in BODY_NAMES], axis=1)
+    shifted = split == SPLITS["train"] and cfg.train_constraints
+    body = _constrained_body(cfg, rng, n_robots) if shifted else _draw_body(rng, n_robots)
     meta_robot = np.zeros((n_robots, len(META_NAMES)), dtype=np.int64)
     meta_robot[:, : len(BODY_NAMES)] = body
     p = glorp_probability(attribute_table(meta_robot), cfg)
-    y = (_rng(cfg, "label", split).random(n_robots) < p).astype(np.int64)
+    u = _rng(cfg, "label", split).random(n_robots)
+    y = (u < p if cfg.label.stochastic else p > 0.5).astype(np.int64)
 
     n = n_robots * reps
     meta = np.repeat(meta_robot, reps, axis=0)
@@ -185,7 +220,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         "config": cfg.record(),
         "concept_set": chosen.to_dict(),
         "true_concept_set": true_set.to_dict(),
-        "label_rule": "Pr(Glorp) = sigmoid(scale * (sum_k weights[k] * attr_k + bias))",
+        "label_rule": "Pr(Glorp) = sigmoid(scale * (sum_k weights[k] * attr_k + bias))"
+        + ("" if cfg.label.stochastic else ", y = 1[Pr(Glorp) > 0.5]"),
         "robots_per_split": sizes,
         "hand_subtypes": HAND_SUBTYPES,
         "foot_subtypes": FOOT_SUBTYPES,

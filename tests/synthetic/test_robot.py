@@ -59,7 +59,7 @@ def sigmoid(z):
 # --------------------------------------------------------------------------- label rule
 @pytest.mark.parametrize("scale", [4.2, 0.3])
 def test_label_rule_per_causal_combination(scale, big):
-    data = big if scale == 4.2 else generate(big_tabular(label={"scale": scale}))
+    data = big if scale == 4.2 else generate(big_tabular(label_rule="custom", label={"scale": scale}))
     t = attribute_table(data.meta)
     for m in (0, 1):
         for f in (0, 1):
