@@ -177,6 +177,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         prefetch=train_cfg.data_prefetch,
     )
     model = build_model(model_cfg, data_info(data, data_cfg), as_dict(data_cfg))
+    model.check_data(data)  # before the run directory is used: a refusal leaves nothing behind
     if t.compile:
         model.backbone.compile()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"

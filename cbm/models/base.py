@@ -29,6 +29,14 @@ Batch = dict[str, Tensor]
 LOGIT_CLAMP = 20.0
 
 
+def masked_mean(values: Tensor, observed: Tensor | None) -> Tensor:
+    """Mean of ``values`` over the entries where ``observed`` is 1 (``None``: the plain mean; no
+    observed entry: 0, so a batch without annotations adds nothing)."""
+    if observed is None:
+        return values.mean()
+    return (values * observed).sum() / observed.sum().clamp_min(1.0)
+
+
 def prob_to_logit(p: Tensor) -> Tensor:
     """Inverse sigmoid, clamped so 0/1 map to finite logits.
 
@@ -161,17 +169,29 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         """Architecture-specific weighted loss terms added to the total."""
         return {}
 
-    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
-        return F.binary_cross_entropy_with_logits(state.logits, c)
+    def check_data(self, data) -> None:
+        """Refuse (``ConfigError``) a dataset this model cannot train on, before training starts."""
+
+    def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
+        """Mean BCE over the annotated entries (``observed``: 1 where annotated; ``None``: all)."""
+        return masked_mean(F.binary_cross_entropy_with_logits(state.logits, c, reduction="none"), observed)
 
     def compute_losses(self, batch: Batch) -> tuple[dict[str, Tensor], ConceptState, Tensor]:
-        """All loss terms of a batch; ``losses['loss']`` is the weighted total."""
+        """All loss terms of a batch; ``losses['loss']`` is the weighted total.
+
+        Missing annotations (``batch['c_observed']`` 0): the concept losses skip them, and what reads
+        the annotated concepts (an independent head, training interventions, ECBM's global energy)
+        sees the model's own detached probability there."""
         state = self.encode(batch["x"])
+        observed = batch.get("c_observed")
+        if observed is not None and self.has_concepts:
+            observed = observed.to(state.probs)
+            batch = {**batch, "c": torch.where(observed > 0, batch["c"].to(state.probs), state.probs.detach())}
         y_logits = self.task_logits_for_training(batch, state)
         losses: dict[str, Tensor] = {"task_loss": F.cross_entropy(y_logits, batch["y"])}
         total = self.cfg.task_loss_weight * losses["task_loss"]
         if self.has_concepts and self.cfg.concept_loss_weight > 0:
-            losses["concept_loss"] = self.concept_loss(state, batch["c"])
+            losses["concept_loss"] = self.concept_loss(state, batch["c"], observed)
             total = total + self.cfg.concept_loss_weight * losses["concept_loss"]
         aux = self.backbone.aux_loss(state.extras.get("features"), batch) if self.cfg.backbone.aux_weight > 0 else None
         if aux is not None:
@@ -183,7 +203,8 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             # parameters, and the downstream losses dragged them off (Sudoku CEM: hint accuracy 80%,
             # below the 86% of the majority value, concepts at chance)
             hint_logits = hint(state.extras["features"])
-            losses["hint_loss"] = F.binary_cross_entropy_with_logits(hint_logits, batch["c"].to(hint_logits))
+            hint_bce = F.binary_cross_entropy_with_logits(hint_logits, batch["c"].to(hint_logits), reduction="none")
+            losses["hint_loss"] = masked_mean(hint_bce, observed)
             total = total + self.cfg.concept_loss_weight * losses["hint_loss"]
         for name, value in self.extra_losses(batch, state, y_logits).items():
             losses[name] = value

@@ -17,6 +17,7 @@ import logging
 import torch
 from torch import Tensor, nn
 
+from cbm.config import ConfigError
 from cbm.models.base import Batch, ConceptModel, build_head
 from cbm.models.head_fit import fit_head
 from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
@@ -115,10 +116,22 @@ class CBM(ConceptModel):
         switch = max(1, round(self.cfg.sequential_concept_fraction * trainer.max_epochs))
         return self.current_epoch >= switch
 
+    def _solves_head(self) -> bool:
+        return self.cfg.training == "independent" and self.cfg.head.solver == "lbfgs"
+
+    def check_data(self, data) -> None:
+        """The L-BFGS head is fit on the training rows annotated in full: there must be one."""
+        observed = data.extra.get("c_observed")
+        if self._solves_head() and observed is not None:
+            from synthetic.base import SPLITS
+
+            if not observed[data.split == SPLITS["train"]].all(1).any():
+                raise ConfigError("head.solver=lbfgs: no training row has every concept annotated (data.concept_missing); use head.solver=gradient")
+
     def setup(self, stage: str) -> None:
         """Independent training with ``head.solver=lbfgs``: solve the head on the annotated training
         concepts now, then freeze it (it is out of the optimiser; every checkpoint carries it)."""
-        if stage != "fit" or self.cfg.training != "independent" or self.cfg.head.solver != "lbfgs":
+        if stage != "fit" or not self._solves_head():
             return
         split = getattr(getattr(self._trainer, "datamodule", None), "split", None)
         if split is None:
@@ -126,7 +139,11 @@ class CBM(ConceptModel):
             return
         train = split("train").tensors
         h = self.cfg.head
-        fit = fit_head(self.head, train["c"] * self.concept_keep.to(train["c"].device), train["y"], h.l2, h.max_iter, h.tol)
+        c, y = train["c"], train["y"]
+        if "c_observed" in train:  # missing annotations: the rows annotated in full (complete cases)
+            whole = train["c_observed"].bool().all(1)
+            c, y = c[whole], y[whole]
+        fit = fit_head(self.head, c * self.concept_keep.to(c.device), y, h.l2, h.max_iter, h.tol)
         self.head.requires_grad_(False)
         self.head_fit = fit
         msg = (f"label predictor fit by L-BFGS: {fit.iterations} iterations on {fit.rows} rows ({fit.distinct} distinct), "

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit
+from cbm.models.base import Batch, ConceptModel, concept_hint, masked_mean, prob_to_logit
 from cbm.models.config import ECBMConfig
 from cbm.models.hooks import PairBlock, additive_pair_logits
 from cbm.models.state import MINIMISED, ConceptState
@@ -269,9 +269,13 @@ class ECBM(ConceptModel):
         h_xy, _ = self._hidden(state.extras["features"], dropout=True)
         return -self._energy(h_xy.unsqueeze(1), self._class_emb(), self.head_xy.weight[0], self.head_xy.bias)
 
-    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
-        """Concept energy loss summed over concepts, averaged over the batch (reference ``EBMLoss_concept``)."""
-        return F.binary_cross_entropy_with_logits(state.logits, c, reduction="none").sum(1).mean()
+    def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
+        """Concept energy loss summed over concepts, averaged over the batch (reference ``EBMLoss_concept``;
+        missing annotations: summed over the annotated ones, the mean scaled by ``m``)."""
+        bce = F.binary_cross_entropy_with_logits(state.logits, c, reduction="none")
+        if observed is None:
+            return bce.sum(1).mean()
+        return c.shape[1] * masked_mean(bce, observed)
 
     def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
         """Global energy loss on the annotated concepts, a random subset of them flipped."""

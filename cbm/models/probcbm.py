@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cbm.models.base import Batch, ConceptModel, concept_hint, prob_to_logit, replace_concepts
+from cbm.models.base import Batch, ConceptModel, concept_hint, masked_mean, prob_to_logit, replace_concepts
 from cbm.models.config import ProbCBMConfig
 from cbm.models.hooks import PairBlock
 from cbm.models.probcbm_pairs import pair_logits as probcbm_pair_logits
@@ -242,9 +242,11 @@ class ProbCBM(ConceptModel):
             samples = torch.where(hit[..., None, None], gt, samples)
         return self.class_log_probs(samples)
 
-    def concept_loss(self, state: ConceptState, c: Tensor) -> Tensor:
-        """BCE on the MC-mean probabilities (reference ``MCBCELoss``)."""
-        return F.binary_cross_entropy(state.probs, c)
+    def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
+        """BCE on the MC-mean probabilities (reference ``MCBCELoss``), over the annotated entries."""
+        if observed is None:
+            return F.binary_cross_entropy(state.probs, c)
+        return masked_mean(F.binary_cross_entropy(state.probs, c, reduction="none"), observed)
 
     def warming_up(self) -> bool:
         """Within ``warmup_epochs`` of training: samples are the means and there is no KL term."""

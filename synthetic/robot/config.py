@@ -111,6 +111,59 @@ class SamplingConstraint:
             _fail(where, f"{self.expr!r} matches no robot (every body attribute value is checked)")
 
 
+#: Splits label noise may touch (names of ``synthetic.base.SPLITS``).
+SPLIT_NAMES = ("train", "val", "calib", "test")
+
+
+@dataclass
+class AsymmetricNoise:
+    """Annotation flips that depend on the value: ``p01`` turns an absent concept (0) into a
+    present one, ``p10`` a present one into an absent one (after ``concept_noise``)."""
+
+    p01: float = 0.0
+    p10: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.p01 = _number("RobotConfig.concept_noise_asym.p01", self.p01, 0.0, 1.0)
+        self.p10 = _number("RobotConfig.concept_noise_asym.p10", self.p10, 0.0, 1.0)
+
+
+@dataclass
+class MissingConcepts:
+    """Concept annotations missing from the training split (``extra['c_observed']``; the models'
+    concept loss skips them). ``mcar``: each is missing with probability ``p``; ``mnar``: with
+    ``present_prob`` when the annotated value is 1 and ``absent_prob`` when it is 0."""
+
+    mechanism: str = "none"
+    p: float = 0.0
+    present_prob: float = 0.0
+    absent_prob: float = 0.0
+
+    def __post_init__(self) -> None:
+        where = "RobotConfig.concept_missing"
+        if self.mechanism not in ("none", "mcar", "mnar"):
+            _fail(f"{where}.mechanism", f"must be one of ['none', 'mcar', 'mnar'], got {self.mechanism!r}")
+        for name in ("p", "present_prob", "absent_prob"):
+            setattr(self, name, _number(f"{where}.{name}", getattr(self, name), 0.0, 1.0))
+        if self.mechanism == "mcar" and self.p >= 1.0:
+            _fail(f"{where}.p", "1.0 leaves no concept annotated")
+
+
+@dataclass
+class LabelNoise:
+    """Each robot's label flips with probability ``p`` in the named splits."""
+
+    p: float = 0.0
+    splits: list[str] = field(default_factory=lambda: ["train", "val"])
+
+    def __post_init__(self) -> None:
+        self.p = _number("RobotConfig.label_noise.p", self.p, 0.0, 0.5)
+        splits = _plain(self.splits)
+        if isinstance(splits, str) or not isinstance(splits, list | tuple) or not set(map(str, splits)) <= set(SPLIT_NAMES):
+            _fail("RobotConfig.label_noise.splits", f"expected a list of {list(SPLIT_NAMES)}, got {splits!r}")
+        self.splits = [str(x) for x in splits]
+
+
 def body_grid() -> dict:
     """Every combination of the body attributes once (an attribute table), for exact shares."""
     import numpy as np
@@ -185,6 +238,12 @@ class RobotConfig:
     #: annotation flip rate in [0, 0.5]: one float for all concepts or {concept name: rate}
     #: (typed ``Any`` because OmegaConf structured configs cannot hold a float-or-dict union)
     concept_noise: Any = 0.0
+    #: value-dependent annotation flips {p01, p10} (0 -> 1 and 1 -> 0), after ``concept_noise``
+    concept_noise_asym: AsymmetricNoise = field(default_factory=AsymmetricNoise)
+    #: training concept annotations missing: {mechanism: none | mcar | mnar, p, present_prob, absent_prob}
+    concept_missing: MissingConcepts = field(default_factory=MissingConcepts)
+    #: label flips {p, splits}
+    label_noise: LabelNoise = field(default_factory=LabelNoise)
     n_train: int = 3800
     val_fraction: float = 0.2
     n_calib: int = 2000
@@ -248,7 +307,9 @@ class RobotConfig:
         self.text_shuffle = _boolean("RobotConfig.text_shuffle", self.text_shuffle)
         self._resolve_label_rule()
         self._resolve_train_constraints()
-        for name, cls in (("nuisance", NuisanceConfig),):
+        blocks = (("nuisance", NuisanceConfig), ("concept_noise_asym", AsymmetricNoise),
+                  ("concept_missing", MissingConcepts), ("label_noise", LabelNoise))  # fmt: skip
+        for name, cls in blocks:
             value = _plain(getattr(self, name))
             if isinstance(value, Mapping):
                 try:
@@ -338,7 +399,7 @@ class RobotConfig:
     def record(self) -> dict[str, Any]:
         """``to_dict`` without the knobs added later that are at their neutral value
         (``visibility`` empty, ``pixel_noise`` 0, ``label_rule`` sparse, a stochastic label, no
-        ``train_constraints``): the cache key and ``info`` of every config
+        ``train_constraints``, no asymmetric noise, missing concepts or label noise): the cache key and ``info`` of every config
         written before those knobs existed stay what they were."""
         out = self.to_dict()
         if not out["visibility"]:
@@ -351,6 +412,11 @@ class RobotConfig:
             del out["label"]["stochastic"]
         if not out["train_constraints"]:
             del out["train_constraints"]
+        for name, cls in (("concept_noise_asym", AsymmetricNoise), ("concept_missing", MissingConcepts)):
+            if out[name] == dataclasses.asdict(cls()):
+                del out[name]
+        if out["label_noise"]["p"] == 0:
+            del out["label_noise"]
         return out
 
     @classmethod

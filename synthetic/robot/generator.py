@@ -49,7 +49,7 @@ from synthetic.robot.renderer import render
 ROBOT_VERSION = 2  # 2: extra["c_clean"]
 #: ``y = 1`` is Glorp, ``y = 0`` Drent.
 CLASS_NAMES = ["Drent", "Glorp"]
-_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5, "pixels": 6}
+_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5, "pixels": 6, "asym": 7, "missing": 8, "label_noise": 9}
 _DEFAULT_ARM = len(ARM_ANGLES) // 2  # horizontal
 _DEFAULT_LEG = 1
 _DEFAULT_PALETTE = PALETTE_NAMES.index("blue")
@@ -101,6 +101,15 @@ def _constrained_body(cfg: RobotConfig, rng: np.random.Generator, n: int) -> np.
         size = len(pool)  # not enough matches yet: double the pool (the same stream: deterministic)
 
 
+def _observed(cfg: RobotConfig, c: np.ndarray, split: int) -> np.ndarray:
+    """``uint8`` mask of the annotated concepts: 0 where the training split's annotation is missing."""
+    miss = cfg.concept_missing
+    if split != SPLITS["train"]:
+        return np.ones(c.shape, dtype=np.uint8)
+    prob = np.full(c.shape, miss.p) if miss.mechanism == "mcar" else np.where(c > 0.5, miss.present_prob, miss.absent_prob)
+    return (_rng(cfg, "missing", split).random(c.shape) >= prob).astype(np.uint8)
+
+
 def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarray, np.ndarray]:
     """``meta [n*R, k]`` and ``y [n*R]`` of one split."""
     reps = cfg.renders_per_robot
@@ -112,6 +121,9 @@ def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarr
     p = glorp_probability(attribute_table(meta_robot), cfg)
     u = _rng(cfg, "label", split).random(n_robots)
     y = (u < p if cfg.label.stochastic else p > 0.5).astype(np.int64)
+    noise = cfg.label_noise
+    if noise.p > 0 and split in {SPLITS[name] for name in noise.splits}:
+        y ^= (_rng(cfg, "label_noise", split).random(n_robots) < noise.p).astype(np.int64)
 
     n = n_robots * reps
     meta = np.repeat(meta_robot, reps, axis=0)
@@ -197,7 +209,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
     rates = np.asarray(cfg.noise_rates(chosen.names), dtype=np.float64)
     sizes = cfg.split_sizes
 
-    metas, ys, cs, cleans, c_trues, texts = [], [], [], [], [], []
+    metas, ys, cs, cleans, c_trues, texts, observed = [], [], [], [], [], [], []
+    missing_on = cfg.concept_missing.mechanism != "none"
     for name, code in SPLITS.items():
         meta, y = _sample_split(cfg, sizes[name], code)
         table = attribute_table(meta)
@@ -205,6 +218,12 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         cleans.append(c.copy())
         flips = _rng(cfg, "noise", code).random(c.shape) < rates[None, :]
         c[flips] = 1.0 - c[flips]
+        asym = cfg.concept_noise_asym
+        if asym.p01 > 0 or asym.p10 > 0:
+            flips = _rng(cfg, "asym", code).random(c.shape) < np.where(c > 0.5, asym.p10, asym.p01)
+            c[flips] = 1.0 - c[flips]
+        if missing_on:
+            observed.append(_observed(cfg, c, code))
         metas.append(meta)
         ys.append(y)
         cs.append(c)
@@ -251,7 +270,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         meta_names=list(META_NAMES),
         modality=cfg.modality,
         # Noise-free values of the chosen concept set: what an oracle intervener supplies.
-        extra={"c_clean": np.concatenate(cleans).astype(np.float32)},
+        extra={"c_clean": np.concatenate(cleans).astype(np.float32)}
+        | ({"c_observed": np.concatenate(observed)} if missing_on else {}),
         info=info,
     )
 

@@ -94,6 +94,7 @@ TRAIN_MULTI = [
 #: Inputs found after data or models load (heavier: torch and lightning are imported).
 TRAIN_LATE = [
     ([*DATA, "model.zero_concepts=[wings]"], "zero_concepts: unknown concept 'wings'"),
+    ([*DATA, "data.concept_missing.mechanism=mcar", "data.concept_missing.p=0.99"], "no training row has every concept annotated"),
     ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
     ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
 ]
@@ -166,6 +167,9 @@ DATA_CLI = [
     (["info", "data.train_constraints=rule", "data.label_rule=custom"], "'rule' needs a named label_rule"),
     (["info", "data.train_constraints=[{expr: 'foot_subtype == 12', min_fraction: 0.2}]"], "matches no robot"),
     (["info", "data.train_constraints=[{expr: palette, min_fraction: 0.2}]"], "body attributes only"),
+    (["info", "data.concept_missing.mechanism=mar"], "concept_missing.mechanism: must be one of"),
+    (["info", "data.label_noise.splits=[holdout]"], "label_noise.splits"),
+    (["info", "data.concept_noise_asym.p01=2"], "concept_noise_asym.p01"),
     (["info", "nope=1"], "unknown key 'nope'"),
     (["show", "split=nope"], "split must be one of"),
     (["show", "n=0"], "n must be >= 1"),

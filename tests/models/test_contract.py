@@ -114,6 +114,40 @@ def test_training_loss_reaches_every_parameter_without_nan(name, info):
         assert torch.isfinite(p.grad).all(), pname
 
 
+@pytest.mark.parametrize("name", CONCEPT_ARCHS)
+def test_missing_annotations_neither_count_nor_steer(name):
+    """``c_observed`` 0: the concept loss is the mean over the annotated entries only, and neither
+    the total loss nor any gradient depends on the value written at a missing entry."""
+    model = make(name, TABULAR).train()
+    batch = batch_for(TABULAR)
+    observed = (torch.rand(batch["c"].shape, generator=torch.Generator().manual_seed(3)) > 0.3).to(torch.uint8)
+    observed[0] = 0  # a row with nothing annotated
+    runs = []
+    for fill in (0.0, 1.0):
+        c = torch.where(observed.bool(), batch["c"], torch.full_like(batch["c"], fill))
+        torch.manual_seed(5)  # the same dropout / MC draws / training interventions each time
+        model.zero_grad()
+        losses, state, _ = model.compute_losses({**batch, "c": c, "c_observed": observed})
+        losses["loss"].backward()
+        runs.append((losses, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    if name in ("cbm", "cem"):  # the plain BCE-with-logits concept loss: its masked mean by hand
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(state.logits, c, reduction="none")
+        want = (bce * observed).sum() / observed.sum()
+        assert torch.allclose(runs[1][0]["concept_loss"], want, rtol=1e-6), name
+    (a, ga), (b, gb) = runs
+    for key in a:
+        assert torch.equal(a[key], b[key]), (name, key)
+    for key in ga:
+        assert torch.equal(ga[key], gb[key]), (name, key)
+    # all annotated: the masked loss is the plain one
+    torch.manual_seed(5)
+    ones = torch.ones_like(observed)
+    plain, _, _ = model.compute_losses(batch)
+    torch.manual_seed(5)
+    masked, _, _ = model.compute_losses({**batch, "c_observed": ones})
+    assert torch.allclose(plain["concept_loss"], masked["concept_loss"], rtol=1e-6, atol=0), name
+
+
 # ---------------------------------------------------------------------------- intervention contract
 @pytest.mark.parametrize("name", CONCEPT_ARCHS)
 def test_intervene_is_pure_and_accumulates(name):
