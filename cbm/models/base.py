@@ -97,6 +97,8 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             keep[self.info.concept_names.index(name)] = 0.0
         #: Alignment constraint mask: 0 removes a concept's contribution to the head.
         self.register_buffer("concept_keep", keep)
+        if self.cfg.monotonicity and not self.supports_monotonicity:
+            raise ConfigError(f"model.monotonicity: sign constraints apply to the CBM's linear label predictor, not to {self.cfg.name}")
         self.build()
         if self.cfg.concept_input != "features" and hasattr(self, "hint") and self.hint is None:
             raise ConfigError(
@@ -168,6 +170,9 @@ class ConceptModel(L.LightningModule, InterventionHooks):
     def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
         """Architecture-specific weighted loss terms added to the total."""
         return {}
+
+    #: Whether ``model.monotonicity`` (sign constraints on a linear label predictor) applies.
+    supports_monotonicity = False
 
     def check_data(self, data) -> None:
         """Refuse (``ConfigError``) a dataset this model cannot train on, before training starts."""

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from cbm.config import ConfigError
 from cbm.models.base import Batch, ConceptModel, build_head
-from cbm.models.head_fit import fit_head
+from cbm.models.head_fit import fit_head, fit_signed_head, project_signs
 from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear
 from cbm.models.state import ConceptState
 
@@ -37,9 +37,20 @@ def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
 
 
 class CBM(ConceptModel):
+    supports_monotonicity = True
+
     def build(self) -> None:
         self.concept_layer = make_concept_layer(self.backbone, self.n_concepts)
         self.head = build_head(self.cfg.head, self.n_concepts, self.n_classes)
+        signs = torch.zeros(self.n_concepts)
+        for name, sign in (self.cfg.monotonicity or {}).items():
+            if name not in self.info.concept_names:
+                raise ConfigError(f"model.monotonicity: unknown concept '{name}' (have {self.info.concept_names})")
+            signs[self.info.concept_names.index(name)] = float(sign)
+        if self.cfg.monotonicity and (not isinstance(self.head, nn.Linear) or self.n_classes != 2):
+            raise ConfigError("model.monotonicity: sign constraints need a linear head (model.head.kind=linear) and two classes")
+        #: Sign each concept's margin weight toward class 1 must have (0: free); see model.monotonicity.
+        self.register_buffer("monotonic_signs", signs)
 
     def encode(self, x: Tensor) -> ConceptState:
         features = self.backbone(x)
@@ -143,12 +154,21 @@ class CBM(ConceptModel):
         if "c_observed" in train:  # missing annotations: the rows annotated in full (complete cases)
             whole = train["c_observed"].bool().all(1)
             c, y = c[whole], y[whole]
-        fit = fit_head(self.head, c * self.concept_keep.to(c.device), y, h.l2, h.max_iter, h.tol)
+        inputs = c * self.concept_keep.to(c.device)
+        if self.cfg.monotonicity:
+            fit = fit_signed_head(self.head, inputs, y, self.monotonic_signs, h.l2, h.max_iter, h.tol)
+        else:
+            fit = fit_head(self.head, inputs, y, h.l2, h.max_iter, h.tol)
         self.head.requires_grad_(False)
         self.head_fit = fit
         msg = (f"label predictor fit by L-BFGS: {fit.iterations} iterations on {fit.rows} rows ({fit.distinct} distinct), "
                f"objective {fit.loss:.6f}, max |gradient| {fit.grad_max:.1e}, training accuracy {100 * fit.train_acc:.2f}%")  # fmt: skip
         (log.info if fit.converged else log.warning)(msg + ("" if fit.converged else f" (not converged to head.tol={h.tol})"))
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        """Sign constraints on a head the optimiser trains: project it after every step."""
+        if self.cfg.monotonicity and self.head.weight.requires_grad:
+            project_signs(self.head, self.monotonic_signs)
 
     def on_train_epoch_start(self) -> None:
         if self.cfg.training == "sequential" and self._in_head_phase():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 BACKBONES = ("auto", "cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
@@ -108,6 +110,10 @@ class ModelConfig:
     #: et al.'s hard CBM; sequential / joint training pass the gradient straight through). A hard
     #: head cannot hedge on an unreadable concept: a chance-level detector costs its full error.
     concept_readout: str = "soft"
+    #: CBM alignment as sign constraints (concept-benchmark 0.4's ``monotonicity_constraints``):
+    #: ``{concept: +1 | -1}``, the sign a concept's weight toward the positive class (class 1) must
+    #: have in a linear label predictor of a two-class task (0 is allowed: the concept may drop out).
+    monotonicity: Any = None  # typed Any: OmegaConf cannot hold dict-or-None; None = {}
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -123,6 +129,14 @@ class ModelConfig:
             raise ValueError(f"model.concept_input must be one of {CONCEPT_INPUTS}, got '{self.concept_input}'")
         if self.concept_readout not in CONCEPT_READOUTS:
             raise ValueError(f"model.concept_readout must be one of {CONCEPT_READOUTS}, got '{self.concept_readout}'")
+        mono = self.monotonicity or {}
+        if not isinstance(mono, Mapping):
+            raise ValueError(f"model.monotonicity: expected a mapping {{concept: +1 | -1}}, got {mono!r}")
+        mono = dict(mono)
+        bad = {k: v for k, v in mono.items() if isinstance(v, bool) or v not in (1, -1)}
+        if bad:
+            raise ValueError(f"model.monotonicity: signs must be +1 or -1, got {bad}")
+        self.monotonicity = {str(k): int(v) for k, v in mono.items()} or None
 
 
 # ------------------------------------------------------------------ per-architecture schemas

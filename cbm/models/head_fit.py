@@ -74,3 +74,65 @@ def fit_head(head: nn.Module, c: Tensor, y: Tensor, l2: float, max_iter: int, to
             mine.copy_(fitted.to(mine.dtype))
     iterations = int(opt.state[params[0]].get("n_iter", 0))
     return HeadFit(iterations, loss, grad_max, acc, grad_max <= tol, len(y), len(labels))
+
+
+def margin_weights(head: nn.Linear) -> tuple[Tensor, Tensor]:
+    """``(w [m], b)`` of a two-class linear head's logit margin ``z1 - z0 = w . c + b``."""
+    return head.weight[1] - head.weight[0], head.bias[1] - head.bias[0]
+
+
+def fit_signed_head(head: nn.Linear, c: Tensor, y: Tensor, signs: Tensor, l2: float, max_iter: int, tol: float) -> HeadFit:
+    """:func:`fit_head` for a two-class linear head whose margin weights must have the given signs
+    (``signs [m]``: +1 ``w_i >= 0``, -1 ``w_i <= 0``, 0 free): the same convex objective on the
+    margin ``z = w . c + b`` (the symmetric split ``W1 = -W0 = w/2`` minimises the L2 term for a
+    given margin, so the penalty is ``l2/4 ||w||^2``), solved by L-BFGS-B with the signs as bounds
+    (exact at the boundary: a weight the data push past 0 stops at 0). Convergence is judged on the
+    projected gradient."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    if len(y) == 0:
+        raise ValueError("cannot fit the label predictor: the training split is empty")
+    xt, labels, counts = distinct_rows(c.detach(), y.detach().to(c.device))
+    x, t, wts = xt.cpu().numpy(), labels.cpu().numpy().astype(np.float64), (counts / counts.sum()).cpu().numpy()
+    m = x.shape[1]
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[:m], theta[m]
+        z = x @ w + b
+        # mean CE of softmax([-z/2, z/2]) = softplus(z) - t z, weighted by the rows' counts
+        loss = float(wts @ (np.logaddexp(0.0, z) - t * z)) + 0.25 * l2 * float(w @ w)
+        r = wts * (1.0 / (1.0 + np.exp(-z)) - t)
+        return loss, np.concatenate([x.T @ r + 0.5 * l2 * w, [r.sum()]])
+
+    sign = signs.detach().cpu().numpy()
+    bounds = [(0.0, None) if s > 0 else (None, 0.0) if s < 0 else (None, None) for s in sign] + [(None, None)]
+    w0, b0 = (v.detach().double().cpu().numpy() for v in margin_weights(head))
+    start = np.concatenate([np.clip(w0, [lo if lo is not None else -np.inf for lo, _ in bounds[:m]],
+                                    [hi if hi is not None else np.inf for _, hi in bounds[:m]]), [float(b0)]])  # fmt: skip
+    res = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=bounds,
+                   options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 50})  # fmt: skip
+    theta = res.x
+    _, grad = objective(theta)
+    lo = np.array([b[0] if b[0] is not None else -np.inf for b in bounds])
+    hi = np.array([b[1] if b[1] is not None else np.inf for b in bounds])
+    projected = np.clip(theta - grad, lo, hi) - theta  # 0 at a KKT point of the bounded problem
+    grad_max = float(np.abs(projected).max())
+    w, b = torch.from_numpy(theta[:m]), float(theta[m])
+    with torch.no_grad():
+        head.weight.copy_(torch.stack([-w / 2, w / 2]).to(head.weight))
+        head.bias.copy_(torch.tensor([-b / 2, b / 2]).to(head.bias))
+    acc = float(wts @ (((x @ theta[:m] + theta[m]) > 0) == (t > 0.5)))
+    return HeadFit(int(res.nit), float(res.fun), grad_max, acc, grad_max <= tol, len(y), len(labels))
+
+
+def project_signs(head: nn.Linear, signs: Tensor) -> None:
+    """Euclidean projection of a two-class linear head onto ``signs_i (W1_i - W0_i) >= 0``: both
+    rows of a violating concept move to their mean (its margin weight becomes exactly 0; projected
+    gradient descent for heads trained by the optimiser). Idempotent."""
+    with torch.no_grad():
+        w = head.weight[1] - head.weight[0]
+        bad = (signs * w) < 0
+        mid = (head.weight[0] + head.weight[1]) / 2
+        head.weight[0] = torch.where(bad, mid, head.weight[0])
+        head.weight[1] = torch.where(bad, mid, head.weight[1])

@@ -17,6 +17,7 @@ from badinput import DATA, SLOW, Payload, assert_refused, params
 TRAIN = [
     ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, blackbox_sudoku, cbm"),
     ("data=robt", "unknown data 'robt'"),
+    ("model.monotonicity={knees: 3}", "model.monotonicity: signs must be +1 or -1"),
     ("trainer=nope", "unknown trainer 'nope'"),
     ("logger=nope", "unknown logger 'nope'"),
     ("data.foo=1", "unknown key 'data.foo' (data has: blur"),
@@ -94,6 +95,8 @@ TRAIN_MULTI = [
 #: Inputs found after data or models load (heavier: torch and lightning are imported).
 TRAIN_LATE = [
     ([*DATA, "model.zero_concepts=[wings]"], "zero_concepts: unknown concept 'wings'"),
+    ([*DATA, "model.monotonicity={wings: 1}"], "monotonicity: unknown concept 'wings'"),
+    ([*DATA, "model=cem", "model.monotonicity={knees: 1}"], "sign constraints apply to the CBM's linear label predictor"),
     ([*DATA, "data.concept_missing.mechanism=mcar", "data.concept_missing.p=0.99"], "no training row has every concept annotated"),
     ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
     ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
