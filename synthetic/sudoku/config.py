@@ -10,6 +10,8 @@ from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs,
 #: Default failing-check distribution of the invalid boards: ``count:weight`` or
 #: ``lo-hi:weight`` entries (2 = near-valid minimum: one failing check is impossible).
 DEFAULT_FAIL_COUNTS = "2:0.2, 3:0.15, 4:0.15, 5-6:0.15, 7-9:0.15, 10-18:0.12, 19-27:0.08"
+#: How invalid boards are made (``SudokuConfig.corruption``).
+CORRUPTIONS = ("walk", "swaps")
 DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
 #: Bytes a board takes in memory besides its image (board, checks, labels, render seeds).
 ROW_OVERHEAD = 2000
@@ -60,6 +62,11 @@ class SudokuConfig:
     pencil_max: int = 3
     blur: float = 0.0
     noise: float = 0.0
+    #: how invalid boards are made: ``walk`` (random walks to a drawn failing-check count, the
+    #: families of ``negative_ops``; ``fail_counts`` sets the counts) or ``swaps`` (concept-benchmark
+    #: 0.4: 1..``max_cell_swaps`` swaps / duplications of a valid board, see synthetic.sudoku.corrupt)
+    corruption: str = "walk"
+    max_cell_swaps: int = 9
 
     def __post_init__(self) -> None:
         # normalise container types (OmegaConf DictConfig, int keys from YAML)
@@ -107,6 +114,10 @@ class SudokuConfig:
             bad(f"pencil_max={self.pencil_max!r} must be an integer in 1..8")
         if float(self.blur) < 0 or float(self.noise) < 0:
             bad("blur and noise must be non-negative")
+        if self.corruption not in CORRUPTIONS:
+            bad(f"corruption must be one of {list(CORRUPTIONS)}, got {self.corruption!r}")
+        if not isinstance(self.max_cell_swaps, int) or isinstance(self.max_cell_swaps, bool) or not 1 <= self.max_cell_swaps <= 9:
+            bad(f"max_cell_swaps={self.max_cell_swaps!r} must be an integer in 1..9")
 
     # ------------------------------------------------------------ helpers
     @property
@@ -145,7 +156,12 @@ class SudokuConfig:
                 "disk_possible": image, "knobs": ["n_train", "n_val", "n_calib", "n_test"]}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk (the cache
+        key and ``info`` of configs written before those knobs existed stay what they were)."""
+        out = asdict(self)
+        if out["corruption"] == "walk" and out["max_cell_swaps"] == 9:
+            del out["corruption"], out["max_cell_swaps"]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SudokuConfig:

@@ -27,6 +27,7 @@ from synthetic.chunked import render_to_npy
 from synthetic.lazy import RenderedImages
 from synthetic.sudoku.checker import CONCEPT_NAMES, check_board
 from synthetic.sudoku.config import SudokuConfig
+from synthetic.sudoku.corrupt import corrupt
 from synthetic.sudoku.negatives import FAMILIES, family_probs, parse_fail_counts, sample_targets, walk
 from synthetic.sudoku.render import image_size, render_boards
 from synthetic.sudoku.solver import solve_mip
@@ -105,7 +106,23 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
 
     neg_op = np.full(n, -1, dtype=np.int64)
     target = np.zeros(n, dtype=np.int64)
-    if n_neg:
+    if n_neg and cfg.corruption == "swaps":
+        neg_rng = _rng(cfg.seed, _STREAM_NEG)
+        neg, actions = corrupt(fresh[n_pos:], cfg.max_cell_swaps, neg_rng)
+        for _ in range(100):  # distinct boards, as for the walks
+            keep = np.zeros(n_neg, dtype=bool)
+            keep[unique_first(neg)] = True
+            if keep.all():
+                break
+            redo = np.flatnonzero(~keep)
+            neg[redo], actions[redo] = corrupt(expand(grids, len(redo), exp_rng, exclude=fresh), cfg.max_cell_swaps, neg_rng)
+        else:  # pragma: no cover
+            raise RuntimeError("labelled_boards: could not make distinct negatives")
+        neg_rows = np.flatnonzero(~is_pos)
+        boards[neg_rows] = neg
+        neg_op[neg_rows] = actions  # the number of actions (1..max_cell_swaps)
+        target[neg_rows] = 27 - check_board(neg).sum(1)
+    elif n_neg:
         neg_rng = _rng(cfg.seed, _STREAM_NEG)
         fail_p = parse_fail_counts(cfg.fail_counts)
         fam_p = family_probs(cfg.negative_ops, fail_p)
@@ -141,6 +158,15 @@ def one_hot(boards: np.ndarray) -> np.ndarray:
     r, cell = np.nonzero((flat >= 1) & (flat <= 9))
     out[r, cell, flat[r, cell] - 1] = 1.0
     return out.reshape(len(flat), 729)
+
+
+def _negative_info(cfg: SudokuConfig, neg_op: np.ndarray) -> dict:
+    """How the invalid boards were made, for ``info``."""
+    if cfg.corruption == "swaps":
+        counts = np.bincount(neg_op[neg_op > 0], minlength=cfg.max_cell_swaps + 1)[1:]
+        return {"negative_families": ["swaps"], "swap_action_counts": {str(k + 1): int(v) for k, v in enumerate(counts)}}
+    return {"negative_families": list(FAMILIES),
+            "negative_family_counts": {f: int((neg_op == i).sum()) for i, f in enumerate(FAMILIES)}}  # fmt: skip
 
 
 def board_renderer(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
@@ -195,8 +221,7 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         "task": "is the 9x9 board a valid completed Sudoku; concepts = 27 group checks, y = their AND",
         "valid_source": f"{cfg.mip_seeds_used} HiGHS MIP solves (scipy.optimize.milp, random first row+column, "
         "zero objective) expanded by random validity-preserving transforms, de-duplicated",
-        "negative_families": list(FAMILIES),
-        "negative_family_counts": {f: int((lab["neg_op"] == i).sum()) for i, f in enumerate(FAMILIES)},
+        **_negative_info(cfg, lab["neg_op"]),
         "failing_count_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(27 - lab["c"][neg].sum(1), return_counts=True))},
         "labels": "c, c_true and y computed by the exact checker on the final boards",
         "image_size": image_size(cfg.cell_size) if cfg.modality == "image" else None,
@@ -204,7 +229,8 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         "render": {"cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
                    "glyph_variants": cfg.glyph_variants, "pencil_prob": cfg.pencil_prob,
                    "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise},
-        "meta": "81 board digits (row-major), render_seed, neg_op (-1 valid, else index into negative_families)",
+        "meta": "81 board digits (row-major), render_seed, neg_op (-1 valid, else "
+        + ("the number of swap actions)" if cfg.corruption == "swaps" else "index into negative_families)"),
         "config": cfg.to_dict(),
     }
     return SyntheticData(

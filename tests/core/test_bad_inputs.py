@@ -170,6 +170,8 @@ DATA_CLI = [
     (["info", "data.train_constraints=rule", "data.label_rule=custom"], "'rule' needs a named label_rule"),
     (["info", "data.train_constraints=[{expr: 'foot_subtype == 12', min_fraction: 0.2}]"], "matches no robot"),
     (["info", "data.train_constraints=[{expr: palette, min_fraction: 0.2}]"], "body attributes only"),
+    (["info", "data=sudoku", "data.corruption=shuffle"], "corruption must be one of ['walk', 'swaps']"),
+    (["info", "data=sudoku", "data.max_cell_swaps=10"], "max_cell_swaps=10 must be an integer in 1..9"),
     (["info", "data.concept_missing.mechanism=mar"], "concept_missing.mechanism: must be one of"),
     (["info", "data.label_noise.splits=[holdout]"], "label_noise.splits"),
     (["info", "data.concept_noise_asym.p01=2"], "concept_noise_asym.p01"),
