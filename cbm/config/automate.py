@@ -19,7 +19,7 @@ class AutomateConfig:
     """Typed schema of ``conf/automate.yaml``."""
 
     checkpoint: str = ""
-    target_accuracy: float = 0.95
+    target_accuracy: float = 0.90
     delta: float = 0.1
     method: str = "ltt"
     score: str = "probability"

@@ -56,7 +56,7 @@ class InterveneStage:
 class AutomateStage:
     """The ``cbm-automate`` run on every model (the black box at k = 0)."""
 
-    target_accuracy: float = 0.95
+    target_accuracy: float = 0.90
     ks: list[Any] = field(default_factory=lambda: [0, 3, "max"])
     policy: str = "random"
     intervener: str = "oracle"

@@ -32,7 +32,7 @@ def test_shipped_config_validates():
     plain = AutomateConfig(checkpoint="runs/x", cache_dir=None)  # the schema's defaults = the shipped ones
     assert list(cfg.policy) == list(plain.policy) == ["random"] and list(cfg.intervener) == list(plain.intervener) == ["oracle"]
     assert replace(cfg, policy={}, intervener={}) == replace(plain, policy={}, intervener={})
-    assert (cfg.method, cfg.target_accuracy, cfg.delta, cfg.ks) == ("ltt", 0.95, 0.1, [0, 1, 3, "max"])
+    assert (cfg.method, cfg.target_accuracy, cfg.delta, cfg.ks) == ("ltt", 0.90, 0.1, [0, 1, 3, "max"])
     cfg = validate(composed("checkpoint=r", "+costs={c0: 2.0}", "method=sgr", "ks=[0,2]"), check_paths=False)
     assert cfg.costs == {"c0": 2.0} and cfg.method == "sgr" and cfg.ks == [0, 2]
 
