@@ -50,7 +50,8 @@ class CBM(ConceptModel):
         if self.cfg.monotonicity and (not isinstance(self.head, nn.Linear) or self.n_classes != 2):
             raise ConfigError("model.monotonicity: sign constraints need a linear head (model.head.kind=linear) and two classes")
         #: Sign each concept's margin weight toward class 1 must have (0: free); see model.monotonicity.
-        self.register_buffer("monotonic_signs", signs)
+        #: Rebuilt from the config, so not stored: checkpoints from before the knob load unchanged.
+        self.register_buffer("monotonic_signs", signs, persistent=False)
 
     def encode(self, x: Tensor) -> ConceptState:
         features = self.backbone(x)

@@ -118,3 +118,15 @@ def test_bad_sign_constraints_are_refused(robots, over, match):
     data, cfg = robots
     with pytest.raises((ConfigError, ValueError), match=match):
         build_model(over, data_info(data, cfg))
+
+
+def test_signs_come_from_the_config_so_older_checkpoints_load(robots):
+    """The sign buffer is rebuilt from ``model.monotonicity``: it is not in the state dict, so a
+    checkpoint written before the knob existed (or without it) loads strictly."""
+    data, cfg = robots
+    base = {"name": "cbm", "head": {"kind": "linear"}, "backbone": {"hidden": [32], "out_dim": 32}}
+    plain = build_model(base, data_info(data, cfg))
+    signed = build_model({**base, "monotonicity": {"knees": 1}}, data_info(data, cfg))
+    assert "monotonic_signs" not in plain.state_dict() and "monotonic_signs" not in signed.state_dict()
+    signed.load_state_dict(plain.state_dict(), strict=True)
+    assert float(signed.monotonic_signs[data.concept_names.index("knees")]) == 1.0
