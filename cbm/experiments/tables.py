@@ -42,11 +42,27 @@ def _varied(flat: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1]
 
 
+def canonical_data(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with its ``data`` block as the generator records it (knobs added later dropped at
+    their neutral value): runs written before and after such a knob compare equal."""
+    from cbm.config import ConfigError
+    from synthetic.registry import data_config
+
+    data = cfg.get("data")
+    if not isinstance(data, dict):
+        return cfg
+    try:
+        dc = data_config(data)
+    except (ConfigError, ValueError, TypeError):
+        return cfg
+    return {**cfg, "data": dc.record() if hasattr(dc, "record") else dc.to_dict()}
+
+
 def swept_keys(configs: list[dict[str, Any]]) -> list[str]:
     """The settings a sweep varied: data keys whose value differs between runs, other keys whose
     value differs between runs of the same architecture (two architectures' own defaults are not
     a swept setting)."""
-    flat = [flatten(c) for c in configs]
+    flat = [flatten(canonical_data(c)) for c in configs]
     keys = [k for k in _varied(flat) if k.startswith("data.")]
     by_arch: dict[Any, list[dict[str, Any]]] = {}
     for f in flat:
@@ -76,7 +92,7 @@ def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     swept = swept_keys([r["_config"] for r in runs])
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in runs:
-        flat = flatten(r["_config"])
+        flat = flatten(canonical_data(r["_config"]))
         key = (r.get("_setting", ""), r["model"], *(json.dumps(flat.get(k)) for k in swept))
         groups.setdefault(key, []).append(r)
     def oracle(r: dict[str, Any]) -> dict[str, float]:  # budgets as labels: the largest is every concept
@@ -87,7 +103,7 @@ def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     ks = sorted({k for r in runs for k in oracle(r)}, key=lambda k: (k == "max", int(k) if k != "max" else 0))
     rows = []
     for key, rs in groups.items():
-        flat = flatten(rs[0]["_config"])
+        flat = flatten(canonical_data(rs[0]["_config"]))
         row: dict[str, Any] = {"setting": key[0]} if key[0] else {}
         row["model"] = rs[0]["model"] + (f" ({rs[0]['training']})" if rs[0].get("training") and rs[0]["model"] != "blackbox" else "")
         row.update({k: "" if flat.get(k) is None else str(flat.get(k)) for k in swept})

@@ -109,6 +109,21 @@ def test_mean_se_and_swept_keys():
     assert swept_keys(runs) == ["data.concept_noise"]  # seeds, paths and two architectures' defaults are not settings
 
 
+def test_knobs_added_later_at_their_neutral_value_are_not_a_swept_setting():
+    """A run written before a data knob existed and one written after, with the knob at its neutral
+    value, are the same setting (both read through the generator's record); a real value shows."""
+    from synthetic.robot import RobotConfig
+
+    new = RobotConfig().to_dict()
+    old = {k: v for k, v in new.items() if k not in ("label_rule", "train_constraints", "concept_missing", "label_noise",
+                                                     "concept_noise_asym")}  # fmt: skip
+    old["label"] = {k: v for k, v in old["label"].items() if k != "stochastic"}
+    runs = [{"data": d, "model": {"name": "cbm"}, "seed": s} for s, d in enumerate([old, new])]
+    assert swept_keys(runs) == []
+    shifted = {**new, "label_noise": {"p": 0.1, "splits": ["train"]}}
+    assert swept_keys([*runs, {"data": shifted, "model": {"name": "cbm"}, "seed": 2}]) == ["data.label_noise.p", "data.label_noise.splits"]
+
+
 def metrics(model, acc, noise, seed):
     return {"model": model, "dataset": "robot", "training": "independent", "seed": seed, "test/task_acc": acc,
             "test/concept_acc": 0.9, "oracle_random": {"0": acc, "1": acc + 0.01, "7": 1.0},
