@@ -297,6 +297,15 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
     if report["interventions"]:  # the diagnostics: the per-concept figure of every setting at least
         assert "## Diagnostics" in (root / "report.md").read_text() and list((root / "figures").glob("diag_per_concept_*.png"))
         assert "could not be drawn" not in (root / "report.md").read_text()
+    if preset == "paper_v04_alignment_smoke":  # the constrained knees weight sits on its bound (the rule's is -3)
+        from cbm.training.checkpoint import read_checkpoint
+
+        for model, ok in (("cbm", lambda w: w < -1.0), ("cbm_aligned", lambda w: w == 0.0)):
+            ck = read_checkpoint(root / "true" / model / "seed0" / "train" / "checkpoints" / "best.ckpt")
+            w = ck["state_dict"]["head.weight"]
+            knees = ck["hyper_parameters"]["data"]["concept_names"].index("knees")
+            assert ok(float(w[1, knees] - w[0, knees])), (model, w)
+        assert "| 89.8 | 90.7 |" in (root / "report.md").read_text()  # the paper's means beside ours
     if preset == "alignment_smoke":  # two seeds: constrained - unconstrained paired per seed, with an interval
         pairs = [r for r in report["paired differences"] if r["comparison"] == "model cbm_aligned - cbm"]
         assert pairs and all(r["seeds"] == 2 and "[" in r["difference (points) [95% CI]"] for r in pairs)
