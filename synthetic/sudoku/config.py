@@ -102,8 +102,8 @@ class SudokuConfig:
             bad(str(err))
         if self.modality not in ("image", "tabular"):
             bad(f"modality must be 'image' or 'tabular', got '{self.modality}'")
-        if not isinstance(self.cell_size, int) or not 12 <= self.cell_size <= 128:
-            bad(f"cell_size={self.cell_size!r} must be an integer in 12..128")
+        if not isinstance(self.cell_size, int) or isinstance(self.cell_size, bool) or not 8 <= self.cell_size <= 128:
+            bad(f"cell_size={self.cell_size!r} must be an integer in 8..128")
         if self.style not in ("printed", "handwritten"):
             bad(f"style must be 'printed' or 'handwritten', got '{self.style}'")
         if not isinstance(self.glyph_variants, int) or not 1 <= self.glyph_variants <= 1024:

@@ -72,3 +72,15 @@ def test_default_walk_keeps_its_cache_key_and_bad_values_fail():
                       ({"max_cell_swaps": 10}, "max_cell_swaps")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             SudokuConfig(**kw)
+
+
+@pytest.mark.parametrize("cell", [8, 10])
+def test_small_cells_render_every_board_and_refuse_below_eight(cell):
+    """0.4's 10 px handwritten regime (and 8 px): boards render at ``9 * cell`` + lines, digits drawn."""
+    from synthetic.sudoku.dataset import generate
+    from synthetic.sudoku.render import image_size
+
+    data = generate(SudokuConfig(n_train=6, n_val=0, n_calib=0, n_test=0, style="handwritten", cell_size=cell, pencil_prob=0.3))
+    assert data.x.shape == (6, image_size(cell), image_size(cell)) and data.x.min() == 0 and data.x.max() == 255
+    with pytest.raises(ValueError, match="must be an integer in 8..128"):
+        SudokuConfig(cell_size=7)
