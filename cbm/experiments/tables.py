@@ -58,11 +58,11 @@ def canonical_data(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, "data": dc.record() if hasattr(dc, "record") else dc.to_dict()}
 
 
-def swept_keys(configs: list[dict[str, Any]]) -> list[str]:
+def swept_keys(configs: list[dict[str, Any]], flat: list[dict[str, Any]] | None = None) -> list[str]:
     """The settings a sweep varied: data keys whose value differs between runs, other keys whose
     value differs between runs of the same architecture (two architectures' own defaults are not
-    a swept setting)."""
-    flat = [flatten(canonical_data(c)) for c in configs]
+    a swept setting). ``flat``: the configs already canonical and flattened (computed if absent)."""
+    flat = [flatten(canonical_data(c)) for c in configs] if flat is None else flat
     keys = [k for k in _varied(flat) if k.startswith("data.")]
     by_arch: dict[Any, list[dict[str, Any]]] = {}
     for f in flat:
@@ -89,12 +89,14 @@ def k_label(k: int, m: int) -> str:
 # ----------------------------------------------------------------------------- training
 def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per (setting, model) over seeds: swept settings, task / concept accuracy, oracle."""
-    swept = swept_keys([r["_config"] for r in runs])
+    flats = [flatten(canonical_data(r["_config"])) for r in runs]  # once per run: it builds the data config
+    swept = swept_keys([], flats)
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in runs:
-        flat = flatten(canonical_data(r["_config"]))
+    first_flat: dict[tuple, dict[str, Any]] = {}
+    for r, flat in zip(runs, flats):
         key = (r.get("_setting", ""), r["model"], *(json.dumps(flat.get(k)) for k in swept))
         groups.setdefault(key, []).append(r)
+        first_flat.setdefault(key, flat)
     def oracle(r: dict[str, Any]) -> dict[str, float]:  # budgets as labels: the largest is every concept
         o = r.get("oracle_random", {})
         top = max(o, key=int) if o else None
@@ -103,7 +105,7 @@ def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
     ks = sorted({k for r in runs for k in oracle(r)}, key=lambda k: (k == "max", int(k) if k != "max" else 0))
     rows = []
     for key, rs in groups.items():
-        flat = flatten(canonical_data(rs[0]["_config"]))
+        flat = first_flat[key]
         row: dict[str, Any] = {"setting": key[0]} if key[0] else {}
         row["model"] = rs[0]["model"] + (f" ({rs[0]['training']})" if rs[0].get("training") and rs[0]["model"] != "blackbox" else "")
         row.update({k: "" if flat.get(k) is None else str(flat.get(k)) for k in swept})

@@ -89,7 +89,7 @@ def fit_signed_head(head: nn.Linear, c: Tensor, y: Tensor, signs: Tensor, l2: fl
     (exact at the boundary: a weight the data push past 0 stops at 0). Convergence is judged on the
     projected gradient."""
     import numpy as np
-    from scipy.optimize import minimize
+    from scipy.optimize import Bounds, minimize
 
     if len(y) == 0:
         raise ValueError("cannot fit the label predictor: the training split is empty")
@@ -106,16 +106,14 @@ def fit_signed_head(head: nn.Linear, c: Tensor, y: Tensor, signs: Tensor, l2: fl
         return loss, np.concatenate([x.T @ r + 0.5 * l2 * w, [r.sum()]])
 
     sign = signs.detach().cpu().numpy()
-    bounds = [(0.0, None) if s > 0 else (None, 0.0) if s < 0 else (None, None) for s in sign] + [(None, None)]
+    lo = np.concatenate([np.where(sign > 0, 0.0, -np.inf), [-np.inf]])  # w_i >= 0 / <= 0 / free; the bias free
+    hi = np.concatenate([np.where(sign < 0, 0.0, np.inf), [np.inf]])
     w0, b0 = (v.detach().double().cpu().numpy() for v in margin_weights(head))
-    start = np.concatenate([np.clip(w0, [lo if lo is not None else -np.inf for lo, _ in bounds[:m]],
-                                    [hi if hi is not None else np.inf for _, hi in bounds[:m]]), [float(b0)]])  # fmt: skip
-    res = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=bounds,
+    start = np.clip(np.concatenate([w0, [float(b0)]]), lo, hi)
+    res = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=Bounds(lo, hi),
                    options={"maxiter": max_iter, "gtol": tol, "ftol": 0.0, "maxcor": 50})  # fmt: skip
     theta = res.x
     _, grad = objective(theta)
-    lo = np.array([b[0] if b[0] is not None else -np.inf for b in bounds])
-    hi = np.array([b[1] if b[1] is not None else np.inf for b in bounds])
     projected = np.clip(theta - grad, lo, hi) - theta  # 0 at a KKT point of the bounded problem
     grad_max = float(np.abs(projected).max())
     w, b = torch.from_numpy(theta[:m]), float(theta[m])

@@ -131,6 +131,14 @@ def attribute_table(meta: np.ndarray) -> dict[str, np.ndarray]:
     return table
 
 
+def body_table(body: np.ndarray) -> dict[str, np.ndarray]:
+    """The attribute table of robots given by their body attributes ``[N, len(BODY_NAMES)]`` alone
+    (nuisance columns 0): what label rules and training-split constraints read."""
+    meta = np.zeros((len(body), len(META_NAMES)), dtype=np.int64)
+    meta[:, : len(BODY_NAMES)] = body
+    return attribute_table(meta)
+
+
 #: Names an expression (concept set, label rule) may use.
 EXPRESSION_NAMES: list[str] = [*META_NAMES, "hand_edgy", "foot_pointy"]
 

@@ -168,13 +168,10 @@ def body_grid() -> dict:
     """Every combination of the body attributes once (an attribute table), for exact shares."""
     import numpy as np
 
-    from synthetic.robot.attributes import META_NAMES, attribute_table
+    from synthetic.robot.attributes import body_table
 
     cards = [BODY_CARDINALITY[name] for name in BODY_NAMES]
-    grid = np.stack(np.meshgrid(*[np.arange(c) for c in cards], indexing="ij"), -1).reshape(-1, len(cards))
-    meta = np.zeros((len(grid), len(META_NAMES)), dtype=np.int64)
-    meta[:, : len(BODY_NAMES)] = grid
-    return attribute_table(meta)
+    return body_table(np.stack(np.meshgrid(*[np.arange(c) for c in cards], indexing="ij"), -1).reshape(-1, len(cards)))
 
 
 def pattern_share(expr: str) -> float:

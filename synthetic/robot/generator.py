@@ -39,6 +39,7 @@ from synthetic.robot.attributes import (
     PALETTES,
     TABULAR_NAMES,
     attribute_table,
+    body_table,
     tabular_features,
 )
 from synthetic.robot.concepts import evaluate, load_concept_set
@@ -84,9 +85,7 @@ def _constrained_body(cfg: RobotConfig, rng: np.random.Generator, n: int) -> np.
     pool = np.zeros((0, len(BODY_NAMES)), dtype=np.int64)
     while True:
         pool = np.concatenate([pool, _draw_body(rng, size)])
-        meta = np.zeros((len(pool), len(META_NAMES)), dtype=np.int64)
-        meta[:, : len(BODY_NAMES)] = pool
-        table = attribute_table(meta)
+        table = body_table(pool)
         free = np.ones(len(pool), dtype=bool)
         taken = []
         for c, k in zip(cfg.train_constraints, needs):
