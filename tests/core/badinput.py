@@ -45,11 +45,11 @@ def build_fixtures(root: Path) -> Path:
     cache = root / "cache"
     exe = Path(sys.executable).parent
     for name, model in (("run", "cbm"), ("bb", "blackbox")):
-        res = subprocess.run(
-            [str(exe / "cbm-train"), *DATA, f"model={model}", "trainer.max_epochs=1", "logger=csv_only",
-             f"hydra.run.dir={root / name}", f"cache_dir={cache}"],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+        args = [*DATA, f"model={model}", "trainer.max_epochs=1", "logger=csv_only", f"hydra.run.dir={root / name}", f"cache_dir={cache}"]
+        if forkserver.available():
+            res = run_forked("cbm-train", args, root, dict(os.environ))
+        else:
+            res = subprocess.run([str(exe / "cbm-train"), *args], capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]
     f = root / "files"
     f.mkdir()
@@ -74,12 +74,12 @@ def build_fixtures(root: Path) -> Path:
 
 def run_cli(fx: Path, prog: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``prog args`` in ``cwd`` (``FX`` in an argument -> the fixture directory); forked where the OS
-    can (:func:`run_forked`), unless ``env`` sets ``PYTHONPATH`` (a ``sitecustomize`` that must run
-    at interpreter start, as the network guard does), else a fresh process."""
+    can (:func:`run_forked`: a ``PYTHONPATH`` in ``env``, such as the network guard's, gets a server
+    of its own), else a fresh process."""
     exe = Path(sys.executable).parent / prog
     args = [a.replace("FX", str(fx)) for a in args]
     full = {**os.environ, "CBM_CACHE_DIR": str(fx / "cache"), "PYTHONWARNINGS": "ignore", **(env or {})}
-    if forkserver.available() and "PYTHONPATH" not in (env or {}):
+    if forkserver.available():
         return run_forked(prog, args, cwd, full)
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=full)
 

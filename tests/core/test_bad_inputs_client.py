@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 import pytest
-from badinput import SLOW, assert_refused, params
+from badinput import SLOW, assert_refused, params, run_cli
 
 NO_KEY = "CBM_BADINPUT_NO_KEY"  # never set
 REMOTE = "http://api.example.invalid/v1"  # RFC 6761: can never resolve
@@ -153,3 +153,12 @@ def test_bad_client_input_gives_one_line_and_leaves_nothing(fx, tmp_path, prog, 
     assert NO_KEY not in os.environ
     line = assert_refused(fx, tmp_path, prog, args, message, env=case_env(fx))
     assert SECRET not in line and "NETWORK ATTEMPT" not in line
+
+
+def test_the_guard_is_live_in_every_case(fx, tmp_path):
+    """The positive control: the cases run forked from a server started under the guard, so a
+    command that does connect (to loopback, which the client would allow) is killed at the attempt."""
+    args = ["extract", "out=x.yaml", "client.base_url=http://127.0.0.1:9/v1", "client.model=m", "client.max_retries=0",
+            "data.modality=image", "data.n_train=40", "data.n_calib=0", "data.n_test=0", "n_per_class=1"]  # fmt: skip
+    res = run_cli(fx, "cbm-concepts", args, tmp_path, case_env(fx))
+    assert res.returncode == 99 and "NETWORK ATTEMPT" in res.stderr, (res.returncode, res.stderr[-2000:])

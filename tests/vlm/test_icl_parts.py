@@ -198,6 +198,11 @@ def test_rank_tests_match_scipy():
     a, b, c = rng.integers(1, 6, 30), rng.integers(1, 6, 30), rng.integers(1, 6, 30)
     assert stats.wilcoxon(a, b)["p"] == pytest.approx(wilcoxon(a, b).pvalue)
     assert stats.wilcoxon(a, a)["p"] == 1.0
+    for n in (4, 9, 13):  # small samples with ties and zeros: scipy's exact permutation test, enumerated
+        x, y = rng.integers(1, 6, n), rng.integers(1, 6, n)
+        if np.any(x != y):
+            ref = wilcoxon(x, y, zero_method="wilcox")
+            assert stats.wilcoxon(x, y)["p"] == pytest.approx(ref.pvalue, abs=1e-12) and stats.wilcoxon(x, y)["stat"] == ref.statistic
     assert stats.friedman(np.c_[a, b, c])["p"] == pytest.approx(friedmanchisquare(a, b, c).pvalue)
     correct = rng.random(30) < 0.5
     rows = stats.spearman_with_correctness({"m1": a, "m2": b, "flat": np.full(30, 3)}, correct, "holm")
