@@ -15,6 +15,29 @@ from cbm.config.names import (
 from cbm.config.paths import group_defaults, resolve_blackbox, resolve_checkpoint
 from cbm.config.validate import check_budgets, to_dataclass
 
+ENCODINGS = ("binary", "percentile", "binary_revealed")
+
+
+@dataclass
+class EncodingConfig:
+    """``encoding`` of cbm-intervene: the kind, its percentiles and the split its levels come from."""
+
+    kind: str = "binary"
+    #: ``percentile``: the (absent, present) percentiles of the detector's training outputs.
+    percentiles: list[float] = field(default_factory=lambda: [5.0, 95.0])
+    #: Split the levels are measured on (the annotations of that split for ``binary_revealed``).
+    split: str = "train"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENCODINGS:
+            raise ValueError(f"encoding.kind must be one of {list(ENCODINGS)}, got '{self.kind}'")
+        p = list(self.percentiles)
+        if len(p) != 2 or not all(isinstance(v, int | float) and 0 <= v <= 100 for v in p) or not p[0] < p[1]:
+            raise ValueError(f"encoding.percentiles must be [low, high] with 0 <= low < high <= 100, got {p}")
+        self.percentiles = [float(v) for v in p]
+        if self.split not in SPLITS:
+            raise ValueError(f"encoding.split must be one of {SPLITS}, got '{self.split}'")
+
 
 @dataclass
 class InterveneConfig:
@@ -40,6 +63,9 @@ class InterveneConfig:
     output_dir: str = "."
     #: Overrides of the data config stored in the checkpoint (e.g. test size); concepts must not change.
     data: dict[str, Any] = field(default_factory=dict)
+    #: What the model reads for an answer: {kind: binary | percentile | binary_revealed, percentiles, split}
+    #: (cbm.interventions.encodings).
+    encoding: EncodingConfig = field(default_factory=lambda: EncodingConfig())
 
     def __post_init__(self) -> None:
         # No selection given (a config built in code): the command line's defaults, from intervene.yaml.

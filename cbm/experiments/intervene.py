@@ -83,6 +83,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     """Evaluate the configured grid; write results into ``output_dir`` and return them."""
     import torch
 
+    from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy, run_grid
     from cbm.interventions.evaluate import resolve_ks
     from cbm.interventions.interveners.llm import LLMIntervener
@@ -108,7 +109,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     bb = None
     if c.blackbox:
         bb = blackbox_accuracy(c.blackbox, model, loader, split=c.split)
-    grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb)
+    levels = fit_levels(model, dm.loader(c.encoding.split), c.encoding)
+    grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels)
     grid.meta.update(
         checkpoint=str(c.checkpoint),
         dataset=model.info.dataset,
@@ -118,6 +120,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
         device=str(device),
         config=OmegaConf.to_container(OmegaConf.structured(c)),
         title=f"{model.info.dataset} / {model.cfg.name} ({c.split})",
+        encoding=c.encoding.kind,
+        encoding_levels=None if levels is None else {n: [float(levels[0, j]), float(levels[1, j])] for j, n in enumerate(names)},
     )
     for name, iv in interveners.items():
         if isinstance(iv, LLMIntervener):

@@ -32,6 +32,7 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from cbm.interventions.encodings import encode_values
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
 from synthetic.atomic import write_csv_atomic, write_json_atomic
@@ -258,12 +259,15 @@ def run_grid(
     *,
     per_example: bool = False,
     blackbox_accuracy: float | None = None,
+    encoding: Tensor | None = None,
 ) -> ResultsGrid:
     """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
 
     ``policies`` maps names to policies or to zero-argument factories (called once per ``k``).
     Policies that define ``fork()`` (random ones) get one fork per ``k``; others are shared
     across budgets and may define ``prepare(model, state, ks)`` to evaluate once per batch.
+    ``encoding``: levels ``[2, m]`` the model reads for an answer 0 / 1
+    (:mod:`cbm.interventions.encodings`; ``None``: the answers themselves).
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
@@ -315,7 +319,7 @@ def run_grid(
                     values = None
                     if bool(mask.any()):
                         values = intervener(batch, state, mask)
-                        pred = model.predict(model.intervene(state, mask, values)).argmax(1)
+                        pred = model.predict(model.intervene(state, mask, encode_values(values, encoding))).argmax(1)
                     else:
                         pred = base_pred
                     if stats_ok:

@@ -43,10 +43,10 @@ class TinyVLMConfig:
     seed: int = 0
 
 
-def char_vocab() -> dict[str, int]:
+def char_vocab(specials: tuple[str, ...] = SPECIAL_TOKENS) -> dict[str, int]:
     """Special tokens, then printable characters (no vertical tab / form feed), then ``<unk>``."""
     chars = [c for c in string.printable if c not in "\x0b\x0c"]
-    return {t: i for i, t in enumerate([*SPECIAL_TOKENS, *chars, UNK])}
+    return {t: i for i, t in enumerate([*specials, *chars, UNK])}
 
 
 def build_tokenizer():
@@ -99,6 +99,54 @@ def build_tiny_vlm(path: str | Path, cfg: TinyVLMConfig = TinyVLMConfig()) -> Pa
     path = Path(path)
     model.save_pretrained(path)
     proc.save_pretrained(path)
+    return path
+
+
+#: Special tokens of the tiny CLIP's tokenizer: every text is ``<|startoftext|> ... <|endoftext|>``
+#: (CLIP pools the text at its end token).
+CLIP_SPECIAL = ("<|endoftext|>", "<|startoftext|>")
+
+
+@dataclass(frozen=True)
+class TinyCLIPConfig:
+    """Sizes of the tiny CLIP: ``image_px`` is its input side (images are resized to it)."""
+
+    width: int = 32
+    layers: int = 2
+    heads: int = 2
+    projection: int = 16
+    image_px: int = 32
+    patch: int = 8
+    max_text: int = 128
+    seed: int = 0
+
+
+def build_tiny_clip(path: str | Path, cfg: TinyCLIPConfig = TinyCLIPConfig()) -> Path:
+    """Build a random ``CLIPModel`` and its character-level tokenizer and save both to ``path``:
+    the label-free concept path (``data.concept_source.kind=clip``) runs on it with no downloads."""
+    import torch
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import CLIPConfig, CLIPModel, PreTrainedTokenizerFast
+
+    vocab = char_vocab(CLIP_SPECIAL)
+    eos, bos = vocab[CLIP_SPECIAL[0]], vocab[CLIP_SPECIAL[1]]
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(single=f"{CLIP_SPECIAL[1]} $A {CLIP_SPECIAL[0]}",
+                                                       special_tokens=[(CLIP_SPECIAL[1], bos), (CLIP_SPECIAL[0], eos)])  # fmt: skip
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=UNK, pad_token=CLIP_SPECIAL[0], eos_token=CLIP_SPECIAL[0],
+                                   bos_token=CLIP_SPECIAL[1], model_max_length=cfg.max_text)  # fmt: skip
+    common = dict(hidden_size=cfg.width, intermediate_size=2 * cfg.width, num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads)
+    config = CLIPConfig(text_config=dict(vocab_size=len(vocab), max_position_embeddings=cfg.max_text, eos_token_id=eos,
+                                         bos_token_id=bos, pad_token_id=eos, **common),
+                        vision_config=dict(image_size=cfg.image_px, patch_size=cfg.patch, **common),
+                        projection_dim=cfg.projection)  # fmt: skip
+    torch.manual_seed(cfg.seed)
+    model = CLIPModel(config)
+    path = Path(path)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
     return path
 
 

@@ -149,6 +149,59 @@ class MissingConcepts:
             _fail(f"{where}.p", "1.0 leaves no concept annotated")
 
 
+#: Who annotates the concepts: ``annotated`` (the concept set's definitions, with the noise knobs) or
+#: ``clip`` (a CLIP model scores every image against a text per concept: label-free annotation).
+CONCEPT_SOURCES = ("annotated", "clip")
+
+
+@dataclass
+class ConceptSource:
+    """Who annotates the concepts (concept-benchmark 0.4's concept sources).
+
+    ``clip``: every image is scored against one text per concept by the CLIP checkpoint at
+    ``checkpoint`` (a ``transformers`` CLIP directory); a concept is annotated present where its
+    score is above the ``percentile``-th percentile of its training-split scores (the percentile
+    calibration of label-free CBMs: no concept label is used). The texts are the concept set's
+    descriptions in ``prompt`` (``{description}`` / ``{name}``), or ``prompts[name]``, or, with
+    ``concepts_file`` (a ``.jsonl`` / ``.yaml`` list of ``{name, text}``: LLM-written concepts,
+    CLIP-chosen words), concepts with no definition that replace the concept set; those have no
+    ground truth, so what interveners read as the true value is the annotation itself.
+    """
+
+    kind: str = "annotated"
+    checkpoint: str | None = None
+    prompt: str = "a robot: {description}"
+    prompts: Any = field(default_factory=dict)  # {concept name: text}; typed Any: None = {}
+    concepts_file: str | None = None
+    percentile: float = 50.0
+    batch_size: int = 256
+
+    def __post_init__(self) -> None:
+        where = "RobotConfig.concept_source"
+        if self.kind not in CONCEPT_SOURCES:
+            _fail(f"{where}.kind", f"must be one of {list(CONCEPT_SOURCES)}, got {self.kind!r}")
+        prompts = _plain(self.prompts)
+        prompts = {} if prompts is None else prompts
+        if not isinstance(prompts, Mapping) or not all(isinstance(v, str) and v.strip() for v in prompts.values()):
+            _fail(f"{where}.prompts", f"expected a mapping concept name -> non-empty text, got {prompts!r}")
+        self.prompts = {str(k): str(v) for k, v in prompts.items()}
+        self.percentile = _number(f"{where}.percentile", self.percentile, 0.0, 100.0)
+        self.batch_size = _integer(f"{where}.batch_size", self.batch_size, 1)
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            _fail(f"{where}.prompt", f"expected a non-empty text, got {self.prompt!r}")
+        try:
+            self.prompt.format(description="d", name="n")
+        except (KeyError, IndexError, ValueError) as err:
+            _fail(f"{where}.prompt", f"placeholders are {{description}} and {{name}} (literal braces as {{{{ }}}}): {err}")
+        if self.kind == "annotated":
+            if self.checkpoint or self.concepts_file or self.prompts:
+                _fail(where, "checkpoint, prompts and concepts_file need kind=clip")
+        elif not self.checkpoint:
+            _fail(f"{where}.checkpoint", "kind=clip needs a CLIP checkpoint directory (transformers format)")
+        if self.concepts_file and self.prompts:
+            _fail(where, "prompts name the concept set's concepts; with concepts_file the file holds the texts")
+
+
 @dataclass
 class LabelNoise:
     """Each robot's label flips with probability ``p`` in the named splits."""
@@ -241,6 +294,8 @@ class RobotConfig:
     concept_missing: MissingConcepts = field(default_factory=MissingConcepts)
     #: label flips {p, splits}
     label_noise: LabelNoise = field(default_factory=LabelNoise)
+    #: who annotates the concepts: {kind: annotated | clip, checkpoint, prompt, prompts, concepts_file, percentile}
+    concept_source: ConceptSource = field(default_factory=ConceptSource)
     n_train: int = 3800
     val_fraction: float = 0.2
     n_calib: int = 2000
@@ -305,7 +360,7 @@ class RobotConfig:
         self._resolve_label_rule()
         self._resolve_train_constraints()
         blocks = (("nuisance", NuisanceConfig), ("concept_noise_asym", AsymmetricNoise),
-                  ("concept_missing", MissingConcepts), ("label_noise", LabelNoise))  # fmt: skip
+                  ("concept_missing", MissingConcepts), ("label_noise", LabelNoise), ("concept_source", ConceptSource))  # fmt: skip
         for name, cls in blocks:
             value = _plain(getattr(self, name))
             if isinstance(value, Mapping):
@@ -316,6 +371,24 @@ class RobotConfig:
             if not isinstance(value, cls):
                 _fail(f"RobotConfig.{name}", f"expected a mapping or {cls.__name__}, got {value!r}")
             setattr(self, name, value)
+        self._check_concept_source()
+
+    def _check_concept_source(self) -> None:
+        """CLIP annotation reads images and replaces every other annotation knob's work."""
+        src = self.concept_source
+        if src.kind == "annotated":
+            return
+        where = "RobotConfig.concept_source"
+        if self.modality != "image":
+            _fail(f"{where}.kind", f"kind=clip scores images: needs modality=image, got {self.modality!r}")
+        noisy = [n for n, on in (("concept_noise", self.concept_noise not in (0, 0.0, {})),
+                                 ("concept_noise_asym", self.concept_noise_asym != AsymmetricNoise()),
+                                 ("concept_missing", self.concept_missing.mechanism != "none")) if on]  # fmt: skip
+        if noisy:
+            _fail(where, f"kind=clip replaces the annotations: {', '.join(noisy)} must be off")
+        unknown = sorted(set(src.prompts) - set(load_concept_set(self.concept_set).names))
+        if unknown:
+            _fail(f"{where}.prompts", f"unknown concept(s) {unknown}; concept set '{self.concept_set}' has {load_concept_set(self.concept_set).names}")
 
     def _resolve_label_rule(self) -> None:
         """``label_rule`` names a rule (its formula replaces ``label``) or is ``custom``."""
@@ -396,7 +469,7 @@ class RobotConfig:
     def record(self) -> dict[str, Any]:
         """``to_dict`` without the knobs added later that are at their neutral value
         (``visibility`` empty, ``pixel_noise`` 0, ``label_rule`` sparse, a stochastic label, no
-        ``train_constraints``, no asymmetric noise, missing concepts or label noise): the cache key and ``info`` of every config
+        ``train_constraints``, no asymmetric noise, missing concepts, label noise or concept source): the cache key and ``info`` of every config
         written before those knobs existed stay what they were."""
         out = self.to_dict()
         if not out["visibility"]:
@@ -414,6 +487,8 @@ class RobotConfig:
                 del out[name]
         if out["label_noise"]["p"] == 0:
             del out["label_noise"]
+        if out["concept_source"] == dataclasses.asdict(ConceptSource()):
+            del out["concept_source"]
         return out
 
     @classmethod

@@ -42,6 +42,7 @@ from synthetic.robot.attributes import (
     body_table,
     tabular_features,
 )
+from synthetic.robot.concept_source import apply_concept_source
 from synthetic.robot.concepts import evaluate, load_concept_set
 from synthetic.robot.config import RobotConfig, pattern_share
 from synthetic.robot.renderer import render
@@ -280,7 +281,7 @@ def cache_key(cfg: RobotConfig) -> dict[str, Any]:
     return {
         "generator": "robot",
         "version": ROBOT_VERSION,
-        "config": cfg.record(),
+        "config": {k: v for k, v in cfg.record().items() if k != "concept_source"},  # annotation runs after generation
         "concepts": load_concept_set(cfg.concept_set).to_dict(),
         "true_concepts": load_concept_set("true").to_dict(),
     }
@@ -303,6 +304,12 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
+    data = _load_generated(cfg, cache_dir, storage, chunk_rows)
+    return apply_concept_source(data, cfg, cache_dir, cache_key(cfg))
+
+
+def _load_generated(cfg: RobotConfig, cache_dir: str | None, storage: str, chunk_rows: int) -> SyntheticData:
+    """The generator's dataset (concepts as the concept set defines them) through the cache."""
     if storage == "render" and cfg.modality == "image":
         if cfg.pixel_noise > 0:
             raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
