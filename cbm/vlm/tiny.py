@@ -151,15 +151,20 @@ def build_tiny_clip(path: str | Path, cfg: TinyCLIPConfig = TinyCLIPConfig()) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cbm.vlm.tiny DIR``: write the tiny model to DIR (for ``client=local client.model=DIR``)."""
+    """``python -m cbm.vlm.tiny [--clip] DIR``: write the tiny model to DIR (for ``client=local
+    client.model=DIR``, or ``data.concept_source.checkpoint=DIR`` with ``--clip``)."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m cbm.vlm.tiny", description="Write a tiny random Qwen2-VL (no downloads) to DIR.")
+    ap = argparse.ArgumentParser(prog="python -m cbm.vlm.tiny", description="Write a tiny random Qwen2-VL (or, with --clip, CLIP) to DIR: no downloads.")
     ap.add_argument("dir")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--image-px", type=int, default=TinyVLMConfig.image_px, help="processor pixel budget: side of the square image")
+    ap.add_argument("--clip", action="store_true", help="write a tiny random CLIP instead (for data.concept_source.kind=clip)")
     args = ap.parse_args(argv)
-    print(build_tiny_vlm(args.dir, TinyVLMConfig(seed=args.seed, image_px=args.image_px)))
+    if args.clip:
+        print(build_tiny_clip(args.dir, TinyCLIPConfig(seed=args.seed)))
+    else:
+        print(build_tiny_vlm(args.dir, TinyVLMConfig(seed=args.seed, image_px=args.image_px)))
     return 0
 
 

@@ -98,6 +98,11 @@ TRAIN_LATE = [
     ([*DATA, "model.monotonicity={wings: 1}"], "monotonicity: unknown concept 'wings'"),
     ([*DATA, "model=cem", "model.monotonicity={knees: 1}"], "sign constraints apply to the CBM's linear label predictor"),
     ([*DATA, "data.concept_missing.mechanism=mcar", "data.concept_missing.p=0.99"], "no training row has every concept annotated"),
+    (["data.concept_source={kind: clip, checkpoint: FX/files/empty_dir}", "data.n_train=40", "data.n_test=10", "data.n_calib=0"],
+     "is not a CLIP model directory"),
+    (["data.concept_source={kind: clip, checkpoint: FX/files/empty_dir, concepts_file: FX/files/list.yaml}", "data.n_train=40"],
+     "concepts_file: FX/files/list.yaml: item 0 has no text"),
+    (["data.concept_source.kind=clip"], "kind=clip needs a CLIP checkpoint"),
     ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
     ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
 ]

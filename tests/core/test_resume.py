@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from forked import run_forked
+
+from cbm.experiments import forkserver
 
 #: CEM on tabular robots: RandInt draws random masks every step, so the RNG state matters.
 ARGS = [
@@ -26,40 +29,42 @@ METRIC_KEYS = ("test/task_acc", "test/concept_acc", "test/concept_auroc", "test/
 
 SITECUSTOMIZE = '''
 import os, signal
-_step = os.environ.get("CBM_KILL_AT_STEP")
-_save = os.environ.get("CBM_KILL_IN_SAVE")
-if _step or _save:
-    import torch
-    _count = [0]
-    def _die():
-        os.kill(os.getpid(), signal.SIGKILL)
-    if _step:
-        _orig_step = torch.optim.Adam.step
-        def step(self, *a, **k):
-            _count[0] += 1
-            if _count[0] == int(_step):
-                _die()
-            return _orig_step(self, *a, **k)
-        torch.optim.Adam.step = step
-    if _save:
-        _orig_save = torch.save
-        def save(obj, f, *a, **k):
-            _count[0] += 1
-            if _count[0] == int(_save) and hasattr(f, "write"):
-                f.write(b"half a checkpoint" * 4096)
-                f.flush()
-                _die()
-            return _orig_save(obj, f, *a, **k)
-        torch.save = save
+import torch
+# Read at call time, not at import: the commands fork from a server that imported this module once.
+_count = [0]
+def _die():
+    os.kill(os.getpid(), signal.SIGKILL)
+_orig_step = torch.optim.Adam.step
+def step(self, *a, **k):
+    if os.environ.get("CBM_KILL_AT_STEP"):
+        _count[0] += 1
+        if _count[0] == int(os.environ["CBM_KILL_AT_STEP"]):
+            _die()
+    return _orig_step(self, *a, **k)
+torch.optim.Adam.step = step
+_orig_save = torch.save
+def save(obj, f, *a, **k):
+    if os.environ.get("CBM_KILL_IN_SAVE"):
+        _count[0] += 1
+        if _count[0] == int(os.environ["CBM_KILL_IN_SAVE"]) and hasattr(f, "write"):
+            f.write(b"half a checkpoint" * 4096)
+            f.flush()
+            _die()
+    return _orig_save(obj, f, *a, **k)
+torch.save = save
 '''
 
 
 def cbm_train(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``cbm-train args`` with the fault hooks: forked from a server started under them where the OS
+    can (no 10-20 s of imports per command), else a fresh process."""
     hooks = tmp_path / "hooks"
     hooks.mkdir(exist_ok=True)
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    exe = Path(sys.executable).parent / "cbm-train"
     full_env = {**os.environ, "PYTHONPATH": str(hooks), **(env or {})}
+    if forkserver.available():
+        return run_forked("cbm-train", list(args), tmp_path, full_env)
+    exe = Path(sys.executable).parent / "cbm-train"
     return subprocess.run([str(exe), *args], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=full_env)
 
 
