@@ -5,9 +5,10 @@ cache on either side, single-threaded; the two sides alternate (ours, theirs, ou
 median of ``--repeat`` runs is reported with the ratio:
 
 1. robots without images, concept-benchmark 0.4's default (the balanced rule, its training-split
-   shift, four renders per robot, 3,800 training robots with 20% validation and 10,000 test
-   robots): 0.4.1's ``DatasetGenerator(render_images=False).generate_splits()`` vs
-   ``data=robot_v04 data.modality=tabular`` (no calibration split, as 0.4.1 has none);
+   shift, 3,800 training robots, 6,768 validation and 10,000 test robots):
+   0.4.1's ``DatasetGenerator(render_images=False).generate_splits()`` vs ``load_data`` of the same
+   splits with ``label_rule=balanced train_constraints=rule`` (``data=robot_v04``'s rule and shift;
+   one render per row, no calibration split, as 0.4.1 has none);
 2. labelled Sudoku boards without images at ``--boards`` (default 1,000, 10,000 and 100,000):
    0.4.1's ``DatasetGenerator(data_type="tabular", n_boards=N).generate()`` (its default
    corruption: 1..9 cell swaps, half the boards valid) vs ours with ``corruption=swaps`` and with
@@ -43,15 +44,7 @@ OURS = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from synthetic.registry import data_config, load_data
-cfg = json.loads(sys.argv[1])
-if cfg.pop("_preset", None) == "robot_v04":
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-    from cbm.experiments.common import CONF_DIR
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        base = OmegaConf.to_container(compose("data_cli", overrides=["data=robot_v04"]).data, resolve=True)
-    cfg = {**base, **cfg}
-data = load_data(data_config(cfg), None)
+data = load_data(data_config(json.loads(sys.argv[1])), None)
 print(json.dumps({"seconds": time.perf_counter() - t0, "rows": int(len(data.y))}))
 """
 
@@ -117,7 +110,8 @@ def main() -> None:
     if not args.skip_robots:
         # the same rows as 0.4.1's splits: 3,800 training robots, its validation share of the rest of
         # its catalog (6,768) and 10,000 test robots; one render per row (no images to vary)
-        robot = {"_preset": "robot_v04", "modality": "tabular", "n_calib": 0, "renders_per_robot": 1,
+        robot = {"name": "robot", "label_rule": "balanced", "train_constraints": "rule", "modality": "tabular", "n_calib": 0,
+                 "n_test": 10000, "renders_per_robot": 1,
                  "n_train": REF_TRAIN + REF_VAL, "val_fraction": REF_VAL / (REF_TRAIN + REF_VAL)}  # fmt: skip
         cases.append(("robots, balanced rule + split shift", [("ours", robot)], ["robot", "0"]))
     for n in (int(x) for x in args.boards.split(",")):

@@ -8,8 +8,12 @@ holds each digit once. Givens are imposed through the variable bounds
 Randomisation: optimising a random objective to optimality takes ~10 s per
 board, so :func:`solve_mip` instead fixes a random first row (and, by default,
 a random first column consistent with it) and solves the feasibility problem
-with a zero objective (~10 ms per board with ``scipy.optimize.milp``). Different
-fixed rows/columns give different grids, also up to digit relabelling.
+with a zero objective (~10 ms per board). Different fixed rows/columns give different
+grids, also up to digit relabelling.
+
+HiGHS is called through ``highspy`` directly: the same model and the same solutions as
+``scipy.optimize.milp`` (which wraps it), without the ~0.8 s import of ``scipy.optimize`` that a
+new process would otherwise pay before its first board.
 """
 
 from __future__ import annotations
@@ -64,6 +68,46 @@ def random_givens(rng: np.random.Generator, first_column: bool = True) -> np.nda
     return givens
 
 
+def _highs(a, row_lower: np.ndarray, row_upper: np.ndarray, col_lower: np.ndarray,
+           time_limit: float | None) -> tuple[str, np.ndarray | None]:  # fmt: skip
+    """Solve the 0/1 feasibility problem ``row_lower <= a x <= row_upper``, ``col_lower <= x <= 1``,
+    ``x`` integer, zero objective. Returns ``("optimal", x)``, ``("infeasible", None)`` or
+    ``("stopped: <status>", None)``."""
+    import highspy
+
+    # the raw solver: highspy.Highs wraps it with Python callbacks whose set-up prints HiGHS's banner
+    h = getattr(getattr(highspy, "_core", None), "_Highs", highspy.Highs)()
+    h.setOptionValue("output_flag", False)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", float(time_limit))
+    csc = a.tocsc()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = csc.shape[1], csc.shape[0]
+    lp.col_cost_ = np.zeros(csc.shape[1])
+    lp.col_lower_, lp.col_upper_ = col_lower, np.ones(csc.shape[1])
+    lp.row_lower_, lp.row_upper_ = row_lower, row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = csc.indptr, csc.indices, csc.data
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * csc.shape[1]
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kOptimal:
+        return "optimal", np.asarray(h.getSolution().col_value)
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return "infeasible", None
+    return f"stopped: {h.modelStatusToString(status)}", None
+
+
+def _given_bounds(givens: np.ndarray) -> np.ndarray:
+    """Variable lower bounds: 1 for each given digit, else 0."""
+    lb = np.zeros(729)
+    g = np.asarray(givens).reshape(-1)
+    cells = np.flatnonzero(g > 0)
+    lb[cells * 9 + g[cells].astype(np.int64) - 1] = 1.0
+    return lb
+
+
 def solve_mip(
     givens: np.ndarray | None = None,
     rng: np.random.Generator | int | None = None,
@@ -71,7 +115,7 @@ def solve_mip(
     first_column: bool = True,
     time_limit: float | None = None,
 ) -> np.ndarray | None:
-    """Solve a Sudoku with HiGHS (``scipy.optimize.milp``).
+    """Solve a Sudoku with HiGHS.
 
     Parameters
     ----------
@@ -85,8 +129,6 @@ def solve_mip(
     -------
     ``int8 [9,9]`` solution, or ``None`` when the givens admit no solution.
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
     if givens is None:
         givens = random_givens(np.random.default_rng(rng), first_column=first_column)
     givens = np.asarray(givens)
@@ -94,22 +136,10 @@ def solve_mip(
         raise ValueError(f"solve_mip: givens must be [9,9], got {givens.shape}")
     if ((givens < 0) | (givens > 9)).any():
         raise ValueError("solve_mip: givens must be digits 0..9 (0 = empty)")
-    lb = np.zeros(729)
-    cells = np.flatnonzero(givens.reshape(-1) > 0)
-    lb[cells * 9 + givens.reshape(-1)[cells].astype(np.int64) - 1] = 1.0
-    options = {"disp": False}
-    if time_limit is not None:
-        options["time_limit"] = float(time_limit)
-    res = milp(
-        c=np.zeros(729),
-        constraints=LinearConstraint(constraint_matrix(), 1.0, 1.0),
-        integrality=np.ones(729),
-        bounds=Bounds(lb, np.ones(729)),
-        options=options,
-    )
-    if res.x is None or res.status != 0:
+    status, x = _highs(constraint_matrix(), np.ones(324), np.ones(324), _given_bounds(givens), time_limit)
+    if x is None:
         return None
-    return (res.x.reshape(81, 9).argmax(axis=1) + 1).astype(np.int8).reshape(9, 9)
+    return (x.reshape(81, 9).argmax(axis=1) + 1).astype(np.int8).reshape(9, 9)
 
 
 def is_unique(givens: np.ndarray, time_limit: float | None = None) -> bool:
@@ -117,7 +147,6 @@ def is_unique(givens: np.ndarray, time_limit: float | None = None) -> bool:
 
     Raises ``ValueError`` if the puzzle has no solution at all.
     """
-    from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import vstack
 
     first = solve_mip(givens, time_limit=time_limit)
@@ -125,22 +154,12 @@ def is_unique(givens: np.ndarray, time_limit: float | None = None) -> bool:
         raise ValueError("is_unique: the puzzle has no solution")
     x = np.zeros(729)
     x[np.arange(81) * 9 + first.reshape(-1).astype(np.int64) - 1] = 1.0
-    lb = np.zeros(729)
-    g = np.asarray(givens).reshape(-1)
-    cells = np.flatnonzero(g > 0)
-    lb[cells * 9 + g[cells].astype(np.int64) - 1] = 1.0
     a = vstack([constraint_matrix(), x[None, :]]).tocsr()
     lo = np.r_[np.ones(324), -np.inf]
     hi = np.r_[np.ones(324), 80.0]  # differ from the first solution in at least one cell
-    res = milp(
-        c=np.zeros(729),
-        constraints=LinearConstraint(a, lo, hi),
-        integrality=np.ones(729),
-        bounds=Bounds(lb, np.ones(729)),
-        options={"disp": False} | ({"time_limit": float(time_limit)} if time_limit else {}),
-    )
-    if res.status == 2:  # infeasible: no second solution
+    status, _ = _highs(a, lo, hi, _given_bounds(givens), time_limit)
+    if status == "infeasible":  # no second solution
         return True
-    if res.status == 0:
+    if status == "optimal":
         return False
-    raise TimeoutError(f"is_unique: HiGHS stopped without an answer ({res.message})")
+    raise TimeoutError(f"is_unique: HiGHS stopped without an answer ({status})")
