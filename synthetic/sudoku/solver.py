@@ -26,27 +26,27 @@ from synthetic.sudoku.checker import GROUPS
 
 
 @lru_cache(maxsize=1)
-def constraint_matrix():
-    """The ``324 x 729`` 0/1 constraint matrix (CSR): cells, rows, columns, boxes.
+def constraint_matrix() -> tuple[np.ndarray, np.ndarray]:
+    """The ``324 x 729`` 0/1 constraint matrix as ``(rows, cols)`` of its ones: cells, rows,
+    columns, boxes.
 
     Variable ``cell*9 + (digit-1)``; constraint rows in the order: 81 cell
     constraints, then for each of the 27 groups (rows, columns, boxes as in
     :data:`~synthetic.sudoku.checker.GROUPS`) one row per digit.
     """
-    from scipy.sparse import csr_matrix
+    digits = np.arange(9)
+    cell_rows = np.repeat(np.arange(81), 9)  # each cell holds exactly one digit
+    cell_cols = np.arange(729)
+    group_rows = 81 + np.repeat(np.arange(27 * 9), 9)  # each group holds each digit once: row 81 + 9g + d
+    group_cols = (GROUPS.astype(np.int64)[:, None, :] * 9 + digits[None, :, None]).reshape(-1)  # [g, d, member]
+    return np.concatenate([cell_rows, group_rows]), np.concatenate([cell_cols, group_cols])
 
-    rows, cols = [], []
-    for cell in range(81):  # each cell holds exactly one digit
-        rows += [cell] * 9
-        cols += [cell * 9 + d for d in range(9)]
-    k = 81
-    for g in range(27):  # each group holds each digit once
-        for d in range(9):
-            rows += [k] * 9
-            cols += [int(cell) * 9 + d for cell in GROUPS[g]]
-            k += 1
-    data = np.ones(len(rows), dtype=np.float64)
-    return csr_matrix((data, (rows, cols)), shape=(324, 729))
+
+def _colwise(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column starts and row indices (sorted within each column) of a 0/1 matrix's ones."""
+    order = np.lexsort((rows, cols))
+    start = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n_cols))])
+    return start.astype(np.int32), rows[order].astype(np.int32)
 
 
 def random_givens(rng: np.random.Generator, first_column: bool = True) -> np.ndarray:
@@ -68,11 +68,11 @@ def random_givens(rng: np.random.Generator, first_column: bool = True) -> np.nda
     return givens
 
 
-def _highs(a, row_lower: np.ndarray, row_upper: np.ndarray, col_lower: np.ndarray,
+def _highs(ones: tuple[np.ndarray, np.ndarray], row_lower: np.ndarray, row_upper: np.ndarray, col_lower: np.ndarray,
            time_limit: float | None) -> tuple[str, np.ndarray | None]:  # fmt: skip
-    """Solve the 0/1 feasibility problem ``row_lower <= a x <= row_upper``, ``col_lower <= x <= 1``,
-    ``x`` integer, zero objective. Returns ``("optimal", x)``, ``("infeasible", None)`` or
-    ``("stopped: <status>", None)``."""
+    """Solve the 0/1 feasibility problem ``row_lower <= A x <= row_upper``, ``col_lower <= x <= 1``,
+    ``x`` integer, zero objective, ``A``'s ones at ``ones = (rows, cols)``. Returns
+    ``("optimal", x)``, ``("infeasible", None)`` or ``("stopped: <status>", None)``."""
     import highspy
 
     # the raw solver: highspy.Highs wraps it with Python callbacks whose set-up prints HiGHS's banner
@@ -80,15 +80,16 @@ def _highs(a, row_lower: np.ndarray, row_upper: np.ndarray, col_lower: np.ndarra
     h.setOptionValue("output_flag", False)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
-    csc = a.tocsc()
+    n_cols = len(col_lower)
+    start, index = _colwise(*ones, n_cols)
     lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = csc.shape[1], csc.shape[0]
-    lp.col_cost_ = np.zeros(csc.shape[1])
-    lp.col_lower_, lp.col_upper_ = col_lower, np.ones(csc.shape[1])
+    lp.num_col_, lp.num_row_ = n_cols, len(row_lower)
+    lp.col_cost_ = np.zeros(n_cols)
+    lp.col_lower_, lp.col_upper_ = col_lower, np.ones(n_cols)
     lp.row_lower_, lp.row_upper_ = row_lower, row_upper
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = csc.indptr, csc.indices, csc.data
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * csc.shape[1]
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, index, np.ones(len(index))
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n_cols
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()
@@ -147,17 +148,15 @@ def is_unique(givens: np.ndarray, time_limit: float | None = None) -> bool:
 
     Raises ``ValueError`` if the puzzle has no solution at all.
     """
-    from scipy.sparse import vstack
-
     first = solve_mip(givens, time_limit=time_limit)
     if first is None:
         raise ValueError("is_unique: the puzzle has no solution")
-    x = np.zeros(729)
-    x[np.arange(81) * 9 + first.reshape(-1).astype(np.int64) - 1] = 1.0
-    a = vstack([constraint_matrix(), x[None, :]]).tocsr()
+    chosen = np.arange(81) * 9 + first.reshape(-1).astype(np.int64) - 1  # the first solution's ones
+    rows, cols = constraint_matrix()
+    ones = (np.concatenate([rows, np.full(81, 324)]), np.concatenate([cols, chosen]))
     lo = np.r_[np.ones(324), -np.inf]
     hi = np.r_[np.ones(324), 80.0]  # differ from the first solution in at least one cell
-    status, _ = _highs(a, lo, hi, _given_bounds(givens), time_limit)
+    status, _ = _highs(ones, lo, hi, _given_bounds(givens), time_limit)
     if status == "infeasible":  # no second solution
         return True
     if status == "optimal":

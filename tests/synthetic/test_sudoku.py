@@ -373,3 +373,25 @@ def test_cbm_data_export_writes_board(tmp_path):
         assert f["board"].shape == (32, 9, 9)
         np.testing.assert_array_equal(f["c"], check_board(f["board"]).astype(np.float32))
         assert {"x", "c", "c_true", "y"} <= set(f.files)
+
+
+def test_highspy_model_is_scipy_milps_model_with_the_same_solutions():
+    """The MIP goes to HiGHS through highspy directly (no scipy.optimize import in a new process):
+    the same 324 x 729 model as through scipy.optimize.milp, and the same grid for every givens."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import csr_matrix
+
+    from synthetic.sudoku.solver import _given_bounds, constraint_matrix, random_givens
+
+    rows, cols = constraint_matrix()
+    a = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(324, 729)).toarray()
+    assert a.max() == 1 and (a.sum(0) == 4).all() and (a.sum(1) == 9).all()  # a digit of a cell: cell, row, column, box
+    board = solve_mip(rng=0)
+    x = np.zeros(729)
+    x[np.arange(81) * 9 + board.reshape(-1).astype(np.int64) - 1] = 1
+    assert (a @ x == 1).all()
+    for seed in range(6):
+        givens = random_givens(np.random.default_rng(seed))
+        res = milp(c=np.zeros(729), constraints=LinearConstraint(a, 1.0, 1.0), integrality=np.ones(729),
+                   bounds=Bounds(_given_bounds(givens), np.ones(729)), options={"disp": False})  # fmt: skip
+        assert (solve_mip(givens) == (res.x.reshape(81, 9).argmax(1) + 1).reshape(9, 9)).all()
