@@ -255,11 +255,12 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
         if notes:
             row["note"] = notes[0]
         p = paper_t.get(key[0], {}).get(key[1], {})
-        if f"NWA k={key[2]}" in p:
-            row["paper NWA %"] = f"{p[f'NWA k={key[2]}']:+.1f}"
+        for metric, fmt in (("coverage", "{:.1f}"), ("NWA", "{:+.1f}")):  # the paper's numbers, where it gives them
+            if f"{metric} k={key[2]}" in p:
+                row[f"paper {metric} %"] = fmt.format(p[f"{metric} k={key[2]}"])
         rows.append(row)
     cols = ["setting", "model", "k", "seeds", "coverage before %", "coverage %", "sel. acc %", "NWA %"]
-    cols += [c for c in ("paper NWA %", "note") if any(c in r for r in rows)]
+    cols += [c for c in ("paper coverage %", "paper NWA %", "note") if any(c in r for r in rows)]
     return rows, cols
 
 

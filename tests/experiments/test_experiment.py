@@ -236,6 +236,9 @@ def test_automation_rows_keep_failed_calibrations_as_na():
     rows, cols = automation_rows(cells, {"automation": {"18px": {"cbm": {"NWA k=0": 44.0}}}})
     assert [(r["model"], r["k"], r["NWA %"]) for r in rows] == [("cbm", "0", "n/a"), ("probcbm", "0", "+50.00"), ("probcbm", "max", "-10.00")]
     assert rows[0]["note"] == "ltt calibration: no threshold" and rows[0]["paper NWA %"] == "+44.0" and cols[-2:] == ["paper NWA %", "note"]
+    rows, cols = automation_rows(cells, {"automation": {"18px": {"probcbm": {"coverage k=0": 64.0, "coverage k=max": 95.0, "NWA k=max": 59.0}}}})
+    assert [(r["k"], r.get("paper coverage %"), r.get("paper NWA %")) for r in rows[1:]] == [("0", "64.0", None), ("max", "95.0", "+59.0")]
+    assert cols[-3:] == ["paper coverage %", "paper NWA %", "note"]
 
 
 def run_experiment(tmp_path, shared_cache, *args, out: Path | None = None):
