@@ -46,8 +46,8 @@ class ClipScorer:
         pre = path / "preprocessor_config.json"
         if pre.is_file():
             conf = json.loads(pre.read_text())
-            crop = conf.get("crop_size") or {}
-            self.size = int(crop.get("height", crop) if isinstance(crop, dict) and crop else self.size)
+            crop = conf.get("crop_size")  # {"height": h, "width": w} or a side
+            self.size = int(crop["height"] if isinstance(crop, dict) else crop or self.size)
             self.mean, self.std = tuple(conf.get("image_mean", self.mean)), tuple(conf.get("image_std", self.std))
         self.device, self.batch_size = torch.device(device), batch_size
         self.identity = checkpoint_identity(path)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from synthetic.base import SyntheticData
 from synthetic.cache import cached_arrays
 from synthetic.robot.concepts import load_concept_set
@@ -57,7 +55,3 @@ def apply_concept_source(data: SyntheticData, cfg: Any, cache_dir: str | None, b
                                             "thresholds": thresholds.tolist(), "checkpoint": scorer.identity}}  # fmt: skip
     return dataclasses.replace(data, c=c, concept_names=list(names), extra=extra, info=info)
 
-
-def annotation_agreement(data: SyntheticData) -> np.ndarray:
-    """Per concept, the share of rows where the annotation ``c`` equals the true ``c_clean``."""
-    return (data.c == data.extra.get("c_clean", data.c)).mean(0)

@@ -111,6 +111,8 @@ INTERVENE = [
     (["checkpoint=FX/files/missing"], "checkpoint not found"),
     (["checkpoint=FX/files/empty_dir"], "no checkpoints/best.ckpt or last.ckpt"),
     (["checkpoint=FX/run", "policy=[psychic]"], "unknown policy 'psychic' (choose from: "),
+    (["checkpoint=FX/run", "encoding.kind=soft"], "encoding.kind must be one of"),
+    (["checkpoint=FX/run", "encoding.percentiles=[95,5]"], "0 <= low < high <= 100"),
     (["checkpoint=FX/run", "intervener=[wizard]"], "unknown intervener 'wizard'"),
     (["checkpoint=FX/run", "split=holdout"], "split must be one of"),
     (["checkpoint=FX/run", "device=tpu"], "device must be one of"),
