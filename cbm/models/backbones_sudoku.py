@@ -1,7 +1,7 @@
 """Sudoku board reader: a shared per-cell digit reader and a differentiable group-validity layer.
 
 ``SudokuCellReader`` (backbone ``sudoku_cells``) maps a rendered board ``x [B,3,S,S]`` to
-``features [B, 81*9]``: the digit log-probabilities of the 81 cells (row-major cells, digit
+``features [B, 81*9]`` (4x4 boards: ``[B, 16*4]``): the digit log-probabilities of the 81 cells (row-major cells, digit
 ``d`` at column ``cell*9 + d-1``). Cells are cut with one vectorised op: the grey, inverted
 board without its outer border is area-downsampled to ``9h x 9h`` (``h = cell_px``), which
 keeps every pooling window inside one cell because the cell pitch is exact (see
@@ -41,40 +41,57 @@ from torch import Tensor, nn
 from cbm.models.backbones import Backbone, register_backbone
 from cbm.models.config import BackboneConfig, DataInfo
 from cbm.models.pooling import adaptive_avg_pool2d
-from synthetic.sudoku.checker import GROUPS
+from synthetic.sudoku.geometry import geometry
 from synthetic.sudoku.render import image_size
 
+#: Cells, digits and checks of the 9x9 board (4x4 boards, ``block_size=2``: 16, 4 and 12).
 N_CELLS, N_DIGITS, N_GROUPS = 81, 9, 27
 #: Side (px) every cell is area-resampled to before the digit CNN.
 CELL_PX = 16
 
 
 @lru_cache(maxsize=64)
-def cell_size_for(side: int) -> int:
-    """Cell pitch of a rendered board of ``side`` px (inverse of ``image_size``; it is strictly increasing)."""
-    cs = max(1, (side - 2) // 9)
-    while cs > 1 and image_size(cs) > side:
+def cell_size_for(side: int, n: int = 9) -> int:
+    """Cell pitch of a rendered ``n x n`` board of ``side`` px (inverse of ``image_size``; it is strictly increasing)."""
+    cs = max(1, (side - 2) // n)
+    while cs > 1 and image_size(cs, n) > side:
         cs -= 1
-    while image_size(cs) < side:
+    while image_size(cs, n) < side:
         cs += 1
-    if image_size(cs) != side:
+    if image_size(cs, n) != side:
         raise ValueError(
-            f"sudoku_cells: a {side} px image is not a rendered Sudoku board (no cell size gives it)"
+            f"sudoku_cells: a {side} px image is not a rendered Sudoku board of {n}x{n} cells (no cell size gives it)"
         )
     return cs
 
 
-def group_membership() -> Tensor:
-    """``float [81, 27]``: 1 where cell ``i`` belongs to group ``g`` (checker order)."""
-    m = torch.zeros(N_CELLS, N_GROUPS)
-    g = torch.as_tensor(GROUPS)  # [27, 9] cell indices
-    m[g.T.reshape(-1), torch.arange(N_GROUPS).repeat(N_DIGITS)] = 1.0
-    return m
+def group_membership(box: int = 3) -> Tensor:
+    """``float [81, 27]`` (4x4: ``[16, 12]``): 1 where cell ``i`` belongs to group ``g`` (checker order)."""
+    return torch.from_numpy(geometry(box).member.copy())
 
 
-def digit_log_probs(features: Tensor) -> Tensor:
-    """``[B, 81, 9]`` view of the reader's features."""
-    return features.view(len(features), N_CELLS, N_DIGITS)
+def digit_log_probs(features: Tensor, n: int = N_DIGITS) -> Tensor:
+    """``[B, 81, 9]`` view of the reader's features (``[B, n*n, n]`` for an ``n x n`` board)."""
+    return features.view(len(features), n * n, n)
+
+
+def board_box(info: DataInfo) -> int:
+    """Box side of the boards a model reads: from the checks (27 or 12), else (a black box without
+    concepts) from the image side, 9x9 first."""
+    if info.n_concepts:
+        if info.n_concepts not in (N_GROUPS, geometry(2).n_groups):
+            raise ValueError(
+                f"backbone 'sudoku_cells' reads the 27 Sudoku checks (12 on 4x4 boards), the dataset has {info.n_concepts} concepts"
+            )
+        return 3 if info.n_concepts == N_GROUPS else 2
+    side = int(info.in_shape[-1])
+    for box in (3, 2):
+        try:
+            cell_size_for(side, box * box)
+            return box
+        except ValueError:
+            continue
+    raise ValueError(f"sudoku_cells: a {side} px image is not a rendered Sudoku board (no cell size gives it)")
 
 
 def expected_collisions(probs: Tensor, member: Tensor) -> Tensor:
@@ -94,7 +111,7 @@ class GroupValidity(nn.Module):
     than overrides the digit supervision early in training.
     """
 
-    def __init__(self, scale: float = 16.0, offset: float | None = None):
+    def __init__(self, scale: float = 16.0, offset: float | None = None, box: int = 3):
         super().__init__()
         if offset is None:
             offset = scale * (1.0 - math.exp(-1.0)) / 2
@@ -102,13 +119,14 @@ class GroupValidity(nn.Module):
             raise ValueError(
                 "GroupValidity: need 0 < offset < scale * (1 - 1/e) to read one-hot boards exactly"
             )
-        self.register_buffer("member", group_membership(), persistent=False)
+        self.n = box * box
+        self.register_buffer("member", group_membership(box), persistent=False)
         self.offset = nn.Parameter(torch.tensor(float(offset)))
         self.log_scale = nn.Parameter(torch.tensor(math.log(scale)))
 
     def collisions(self, features: Tensor) -> Tensor:
         """Expected same-digit pairs ``C`` per group ``[B, 27]``."""
-        return expected_collisions(digit_log_probs(features).exp(), self.member.to(features.dtype))
+        return expected_collisions(digit_log_probs(features, self.n).exp(), self.member.to(features.dtype))
 
     def forward(self, features: Tensor) -> Tensor:
         return self.offset + self.log_scale.exp() * torch.expm1(-self.collisions(features))
@@ -133,12 +151,10 @@ class SudokuCellReader(Backbone):
             raise ValueError(
                 f"backbone 'sudoku_cells' needs square board images, got {info.modality} {info.in_shape}"
             )
-        if info.n_concepts not in (0, N_GROUPS):
-            raise ValueError(
-                f"backbone 'sudoku_cells' reads the 27 Sudoku checks, the dataset has {info.n_concepts} concepts"
-            )
+        self.box = board_box(info)
+        self.n = self.box * self.box  # cells per side = digits
         self.side = int(info.in_shape[1])
-        self.cell_size = cell_size_for(self.side)
+        self.cell_size = cell_size_for(self.side, self.n)
         self.cell_px = int(cell_px)
         layers: list[nn.Module] = []
         c, h = 1, self.cell_px
@@ -156,44 +172,45 @@ class SudokuCellReader(Backbone):
         for width in cfg.hidden:
             layers += [nn.Linear(d, width, bias=False), nn.BatchNorm1d(width), nn.ReLU()]
             d = width
-        layers += [nn.Dropout(cfg.dropout), nn.Linear(d, N_DIGITS)]
-        #: ``[N, 1, h, h]`` cell crops -> ``[N, 9]`` digit scores.
+        layers += [nn.Dropout(cfg.dropout), nn.Linear(d, self.n)]
+        #: ``[N, 1, h, h]`` cell crops -> ``[N, n]`` digit scores.
         self.net = nn.Sequential(*layers)
-        self.out_dim = N_CELLS * N_DIGITS
+        self.out_dim = self.n**3
 
     # ------------------------------------------------------------------ reading
     def cells(self, x: Tensor) -> Tensor:
         """Grey, inverted (ink = 1), resampled cell crops ``[B*81, 1, h, h]``."""
         if x.dim() != 4 or x.shape[-1] != x.shape[-2]:
             raise ValueError(f"sudoku_cells: expected boards [B,C,S,S], got {tuple(x.shape)}")
-        cs = cell_size_for(int(x.shape[-1]))
-        grid = 9 * cs
+        n = self.n
+        cs = cell_size_for(int(x.shape[-1]), n)
+        grid = n * cs
         x = x[:, :, :grid, :grid]  # drop the outer bottom / right border
         x = x.float().div(255.0) if x.dtype == torch.uint8 else x.float()
         ink = 1.0 - x.mean(dim=1, keepdim=True)
         h = self.cell_px
         # cell k spans [k*cs, (k+1)*cs) = pooling bins [k*h, (k+1)*h): no window crosses a cell edge
-        small = adaptive_avg_pool2d(ink, 9 * h)
+        small = adaptive_avg_pool2d(ink, n * h)
         b = len(x)
-        return small.view(b, 1, 9, h, 9, h).permute(0, 2, 4, 1, 3, 5).reshape(b * N_CELLS, 1, h, h)
+        return small.view(b, 1, n, h, n, h).permute(0, 2, 4, 1, 3, 5).reshape(b * n * n, 1, h, h)
 
     def digit_logits(self, x: Tensor) -> Tensor:
-        """Unnormalised digit scores ``[B, 81, 9]`` (digit ``d`` at index ``d-1``)."""
-        return self.net(self.cells(x)).view(len(x), N_CELLS, N_DIGITS)
+        """Unnormalised digit scores ``[B, 81, 9]`` (``[B, n*n, n]``; digit ``d`` at index ``d-1``)."""
+        return self.net(self.cells(x)).view(len(x), self.n * self.n, self.n)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.log_softmax(self.digit_logits(x), dim=-1).flatten(1)
 
     @torch.no_grad()
     def read(self, x: Tensor) -> Tensor:
-        """Most likely board ``long [B, 9, 9]`` (digits 1..9)."""
-        return (self(x).view(len(x), 9, 9, N_DIGITS).argmax(-1) + 1).long()
+        """Most likely board ``long [B, 9, 9]`` (``[B, n, n]``; digits 1..n)."""
+        return (self(x).view(len(x), self.n, self.n, self.n).argmax(-1) + 1).long()
 
     # ------------------------------------------------------------------ model hooks
     def make_concept_layer(self, n_concepts: int) -> nn.Module:
-        if n_concepts != N_GROUPS:
-            raise ValueError(f"sudoku_cells: the group-validity layer gives 27 concepts, not {n_concepts}")
-        return GroupValidity()
+        if n_concepts != 3 * self.n:
+            raise ValueError(f"sudoku_cells: the group-validity layer gives {3 * self.n} concepts, not {n_concepts}")
+        return GroupValidity(box=self.box)
 
     def aux_loss(self, features: Tensor | None, batch: dict[str, Tensor]) -> Tensor:
         """Mean digit cross-entropy against ``batch["board"]`` (cells outside 1..9 are ignored)."""
@@ -201,12 +218,13 @@ class SudokuCellReader(Backbone):
             raise ValueError(
                 "sudoku_cells aux_loss needs the reader's features and the batch's 'board' digits"
             )
-        target = batch["board"].reshape(len(features), N_CELLS).long() - 1
-        known = ((target >= 0) & (target < N_DIGITS)).to(features.dtype)
+        n = self.n
+        target = batch["board"].reshape(len(features), n * n).long() - 1
+        known = ((target >= 0) & (target < n)).to(features.dtype)
         # elementwise (one-hot product, masked mean) rather than F.nll_loss / boolean indexing,
         # so the loss is deterministic on CUDA too
-        onehot = F.one_hot(target.clamp(0, N_DIGITS - 1), N_DIGITS).to(features.dtype)
-        nll = -(digit_log_probs(features) * onehot).sum(-1)
+        onehot = F.one_hot(target.clamp(0, n - 1), n).to(features.dtype)
+        nll = -(digit_log_probs(features, n) * onehot).sum(-1)
         return (nll * known).sum() / known.sum().clamp_min(1.0)
 
 

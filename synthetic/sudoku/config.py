@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from synthetic.sudoku.geometry import BOXES, geometry
 from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs, parse_fail_counts
 
 #: Default failing-check distribution of the invalid boards: ``count:weight`` or
@@ -19,7 +20,7 @@ ROW_OVERHEAD = 2000
 
 @dataclass
 class SudokuConfig:
-    """Sudoku validity task: x = rendered board, c = 27 exact checks, y = AND of the checks.
+    """Sudoku validity task: x = rendered board, c = 27 exact checks (12 on 4x4 boards), y = AND of the checks.
 
     Attributes
     ----------
@@ -35,8 +36,8 @@ class SudokuConfig:
     fail_counts : distribution of the number of failing checks of invalid boards,
         ``"k:w, a-b:w, ..."`` with 2 <= k <= 27 (a range spreads its weight evenly; one
         failing check is impossible). A string, so an override replaces it (dicts merge).
-    modality : ``image`` (uint8 ``[N,H,W,3]``) or ``tabular`` (one-hot board, float32 ``[N,729]``).
-    cell_size : cell pitch in px; images are ``9*cell_size + thick line`` square.
+    modality : ``image`` (uint8 ``[N,H,W,3]``) or ``tabular`` (one-hot board, float32 ``[N,729]``; 4x4: ``[N,64]``).
+    cell_size : cell pitch in px; images are ``9*cell_size + thick line`` square (``4*cell_size + ...`` for 4x4).
     style : ``printed`` or ``handwritten`` digits.
     glyph_variants : pre-rendered variants per digit (handwriting / print jitter).
     pencil_prob, pencil_max : share of cells with 1..pencil_max pencil-mark candidates.
@@ -67,6 +68,11 @@ class SudokuConfig:
     #: 0.4: 1..``max_cell_swaps`` swaps / duplications of a valid board, see synthetic.sudoku.corrupt)
     corruption: str = "walk"
     max_cell_swaps: int = 9
+    #: box side (concept-benchmark 0.4's ``block_size``): 3 = the 9x9 board (27 checks), 2 = 4x4
+    #: boards (12 checks; only 288 valid grids exist, so boards repeat; invalid ones by ``swaps``)
+    block_size: int = 3
+    #: concept-benchmark 0.4's name for ``valid_fraction``: when set it replaces it
+    valid_board_ratio: float | None = None
 
     def __post_init__(self) -> None:
         # normalise container types (OmegaConf DictConfig, int keys from YAML)
@@ -77,6 +83,10 @@ class SudokuConfig:
         def bad(msg: str) -> None:
             raise ValueError(f"SudokuConfig: {msg}")
 
+        if self.valid_board_ratio is not None:
+            if isinstance(self.valid_board_ratio, bool) or not isinstance(self.valid_board_ratio, (int, float)):
+                bad(f"valid_board_ratio={self.valid_board_ratio!r} must be a number in [0, 1]")
+            self.valid_fraction, self.valid_board_ratio = float(self.valid_board_ratio), None
         if self.name != "sudoku":
             bad(f"name must be 'sudoku', got '{self.name}'")
         for k in ("seed", "n_train", "n_val", "n_calib", "n_test"):
@@ -118,6 +128,11 @@ class SudokuConfig:
             bad(f"corruption must be one of {list(CORRUPTIONS)}, got {self.corruption!r}")
         if not isinstance(self.max_cell_swaps, int) or isinstance(self.max_cell_swaps, bool) or not 1 <= self.max_cell_swaps <= 9:
             bad(f"max_cell_swaps={self.max_cell_swaps!r} must be an integer in 1..9")
+        if isinstance(self.block_size, bool) or self.block_size not in BOXES:
+            bad(f"block_size={self.block_size!r} must be one of {list(BOXES)} (4x4 or 9x9 boards)")
+        if self.block_size != 3 and self.corruption != "swaps":
+            bad(f"block_size={self.block_size} makes its invalid boards by swaps: set corruption=swaps (the 'walk' "
+                "families and fail_counts are defined on the 27 checks of a 9x9 board)")  # fmt: skip
 
     # ------------------------------------------------------------ helpers
     @property
@@ -147,7 +162,8 @@ class SudokuConfig:
         from synthetic.sudoku.render import image_size
 
         image = self.modality == "image"
-        x = image_size(self.cell_size) ** 2 if image else 729 * 4
+        g = geometry(self.block_size)
+        x = image_size(self.cell_size, g.n) ** 2 if image else g.cells * g.n * 4
         on_disk = image and storage == "disk"
         in_memory = not image or storage == "memory"
         form = f"{self.cell_size} px cells" if image else "tabular"
@@ -156,11 +172,15 @@ class SudokuConfig:
                 "disk_possible": image, "knobs": ["n_train", "n_val", "n_calib", "n_test"]}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk (the cache
-        key and ``info`` of configs written before those knobs existed stay what they were)."""
+        """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk and
+        ``block_size`` only when not 3 (the cache key and ``info`` of configs written before those
+        knobs existed stay what they were); ``valid_board_ratio`` is folded into ``valid_fraction``."""
         out = asdict(self)
+        del out["valid_board_ratio"]
         if out["corruption"] == "walk" and out["max_cell_swaps"] == 9:
             del out["corruption"], out["max_cell_swaps"]
+        if out["block_size"] == 3:
+            del out["block_size"]
         return out
 
     @classmethod

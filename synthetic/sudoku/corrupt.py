@@ -3,7 +3,8 @@
 board is still valid. Vectorised over boards: step ``t`` acts on every board with ``t`` or more
 actions, each action kind on its boards at once.
 
-Actions (``B``: a 3-row band, ``S``: a 3-column stack):
+Boards of any box size (``[K, n, n]``, ``n = box**2``: 9x9 or 4x4). Actions (a band is ``box`` rows
+of boxes, a stack ``box`` columns):
 
 0. two cells of one column inside one band swap (two rows fail; columns and boxes hold);
 1. two cells of one row inside one stack swap (two columns fail);
@@ -14,6 +15,8 @@ Actions (``B``: a 3-row band, ``S``: a 3-column stack):
 """
 
 from __future__ import annotations
+
+from math import isqrt
 
 import numpy as np
 
@@ -33,29 +36,30 @@ def _two_distinct(rng: np.random.Generator, n: int, k: int) -> tuple[np.ndarray,
 
 
 def _act(boards: np.ndarray, kind: int, rng: np.random.Generator) -> None:
-    """Apply action ``kind`` once to each of ``boards [K, 9, 9]`` (in place)."""
-    k = len(boards)
+    """Apply action ``kind`` once to each of ``boards [K, n, n]`` (in place)."""
+    k, n = len(boards), boards.shape[-1]
+    box = isqrt(n)
     rows = np.arange(k)
     if kind in (0, 1):  # a swap of two cells in one line inside one band / stack
-        line = rng.integers(0, 9, k)
-        group = rng.integers(0, 3, k)
-        u, v = _two_distinct(rng, 3, k)
-        a, b = group * 3 + u, group * 3 + v
+        line = rng.integers(0, n, k)
+        group = rng.integers(0, box, k)
+        u, v = _two_distinct(rng, box, k)
+        a, b = group * box + u, group * box + v
         if kind == 0:  # same column, rows a and b of one band
             boards[rows, a, line], boards[rows, b, line] = boards[rows, b, line].copy(), boards[rows, a, line].copy()
         else:
             boards[rows, line, a], boards[rows, line, b] = boards[rows, line, b].copy(), boards[rows, line, a].copy()
     elif kind in (2, 3):  # two whole lines from different bands / stacks
-        g1, g2 = _two_distinct(rng, 3, k)
-        a = g1 * 3 + rng.integers(0, 3, k)
-        b = g2 * 3 + rng.integers(0, 3, k)
+        g1, g2 = _two_distinct(rng, box, k)
+        a = g1 * box + rng.integers(0, box, k)
+        b = g2 * box + rng.integers(0, box, k)
         if kind == 2:
             boards[rows, a], boards[rows, b] = boards[rows, b].copy(), boards[rows, a].copy()
         else:
             boards[rows, :, a], boards[rows, :, b] = boards[rows, :, b].copy(), boards[rows, :, a].copy()
     else:  # a duplicate inside one line
-        line = rng.integers(0, 9, k)
-        src, dst = _two_distinct(rng, 9, k)
+        line = rng.integers(0, n, k)
+        src, dst = _two_distinct(rng, n, k)
         if kind == 4:
             boards[rows, line, dst] = boards[rows, line, src]
         else:
@@ -63,7 +67,7 @@ def _act(boards: np.ndarray, kind: int, rng: np.random.Generator) -> None:
 
 
 def corrupt(valid: np.ndarray, max_actions: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Invalid boards from ``valid [N, 9, 9]``: returns ``(boards, n_actions)``."""
+    """Invalid boards from ``valid [N, n, n]``: returns ``(boards, n_actions)``."""
     n = len(valid)
     out = valid.copy()
     n_actions = rng.integers(1, max_actions + 1, n)

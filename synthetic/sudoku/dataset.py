@@ -25,9 +25,10 @@ from synthetic.base import SPLITS, SyntheticData, split_codes
 from synthetic.cache import aux_cache, cached_arrays, cached_block, cached_without_images, config_hash
 from synthetic.chunked import render_to_npy
 from synthetic.lazy import RenderedImages
-from synthetic.sudoku.checker import CONCEPT_NAMES, check_board
+from synthetic.sudoku.checker import CONCEPT_NAMES, check_board  # noqa: F401  (CONCEPT_NAMES re-exported)
 from synthetic.sudoku.config import SudokuConfig
 from synthetic.sudoku.corrupt import corrupt
+from synthetic.sudoku.geometry import geometry, infer_box
 from synthetic.sudoku.negatives import FAMILIES, family_probs, parse_fail_counts, sample_targets, walk
 from synthetic.sudoku.render import image_size, render_boards
 from synthetic.sudoku.solver import solve_mip
@@ -36,7 +37,14 @@ from synthetic.sudoku.transforms import expand, unique_first
 #: Bump when the output for a given config changes.
 GENERATOR_VERSION = 3  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks
 CLASS_NAMES = ["invalid", "valid"]
-META_NAMES = [f"cell_r{r}c{c}" for r in range(1, 10) for c in range(1, 10)] + ["render_seed", "neg_op"]
+
+
+def meta_names(side: int = 9) -> list[str]:
+    """Meta columns: the board's digits row-major, its render seed and how it was made invalid."""
+    return [f"cell_r{r}c{c}" for r in range(1, side + 1) for c in range(1, side + 1)] + ["render_seed", "neg_op"]
+
+
+META_NAMES = meta_names(9)
 
 _STREAM_MIP, _STREAM_EXPAND, _STREAM_NEG, _STREAM_LAYOUT, _STREAM_RENDER = range(1, 6)
 
@@ -45,14 +53,15 @@ def _rng(seed: int, stream: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed), stream]))
 
 
-def mip_grids(n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` full grids ``int8 [n,9,9]`` from HiGHS with random first row and column."""
+def mip_grids(n: int, rng: np.random.Generator, box: int = 3) -> np.ndarray:
+    """``n`` full grids ``int8 [n,9,9]`` (``[n,4,4]`` for ``box=2``) from HiGHS with random first row and column."""
     grids: list[np.ndarray] = []
     while len(grids) < n:
-        g = solve_mip(rng=rng)
+        g = solve_mip(rng=rng, box=box)
         if g is not None:  # random givens are always feasible; guard anyway
             grids.append(g)
-    return np.stack(grids) if grids else np.zeros((0, 9, 9), dtype=np.int8)
+    side = box * box
+    return np.stack(grids) if grids else np.zeros((0, side, side), dtype=np.int8)
 
 
 def seed_grids(seed: int, n_mip_seeds: int) -> np.ndarray:
@@ -74,10 +83,21 @@ def valid_boards(n: int, seed: int = 0, n_mip_seeds: int = 32) -> np.ndarray:
     return expand(grids, n, _rng(seed, _STREAM_EXPAND))
 
 
+def _fresh_4x4(n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` valid 4x4 boards drawn uniformly (with replacement) from all 288 grids."""
+    from synthetic.sudoku.solver import all_grids_4x4
+
+    grids = all_grids_4x4()
+    return grids[rng.integers(len(grids), size=n)].copy()
+
+
 def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
     """Boards, concepts and labels of all splits (no rendering).
 
-    Returns ``board int8 [N,9,9]``, ``c bool [N,27]``, ``y int64 [N]``,
+    9x9 boards are distinct across all splits; 4x4 boards (``block_size=2``) are drawn uniformly
+    from the 288 valid grids with replacement and corrupted by swaps, so they repeat.
+
+    Returns ``board int8 [N,9,9]``, ``c bool [N,27]`` (4x4: ``[N,4,4]``, ``[N,12]``), ``y int64 [N]``,
     ``split int8 [N]``, ``neg_op int64 [N]`` (-1 for valid boards, else the
     index into :data:`~synthetic.sudoku.negatives.FAMILIES`) and ``target``
     (the failing-check count a negative was drawn for; 0 for valid boards).
@@ -97,11 +117,16 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
         start += k
     n_pos = int(is_pos.sum())
     n_neg = n - n_pos
+    geo = geometry(cfg.block_size)
 
-    grids = seed_grids(cfg.seed, cfg.mip_seeds_used)
     exp_rng = _rng(cfg.seed, _STREAM_EXPAND)
-    fresh = expand(grids, n_pos + n_neg, exp_rng)  # distinct: positives, then one base per negative
-    boards = np.zeros((n, 9, 9), dtype=np.int8)
+    if geo.box == 3:
+        grids = seed_grids(cfg.seed, cfg.mip_seeds_used)
+        fresh = expand(grids, n_pos + n_neg, exp_rng)  # distinct: positives, then one base per negative
+    else:
+        grids = None
+        fresh = _fresh_4x4(n_pos + n_neg, exp_rng)
+    boards = np.zeros((n, geo.n, geo.n), dtype=np.int8)
     boards[is_pos] = fresh[:n_pos]
 
     neg_op = np.full(n, -1, dtype=np.int64)
@@ -109,19 +134,20 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
     if n_neg and cfg.corruption == "swaps":
         neg_rng = _rng(cfg.seed, _STREAM_NEG)
         neg, actions = corrupt(fresh[n_pos:], cfg.max_cell_swaps, neg_rng)
-        for _ in range(100):  # distinct boards, as for the walks
+        for _ in range(100 if grids is not None else 0):  # distinct 9x9 boards, as for the walks
             keep = np.zeros(n_neg, dtype=bool)
             keep[unique_first(neg)] = True
             if keep.all():
                 break
             redo = np.flatnonzero(~keep)
             neg[redo], actions[redo] = corrupt(expand(grids, len(redo), exp_rng, exclude=fresh), cfg.max_cell_swaps, neg_rng)
-        else:  # pragma: no cover
-            raise RuntimeError("labelled_boards: could not make distinct negatives")
+        else:
+            if grids is not None:  # pragma: no cover
+                raise RuntimeError("labelled_boards: could not make distinct negatives")
         neg_rows = np.flatnonzero(~is_pos)
         boards[neg_rows] = neg
         neg_op[neg_rows] = actions  # the number of actions (1..max_cell_swaps)
-        target[neg_rows] = 27 - check_board(neg).sum(1)
+        target[neg_rows] = geo.n_groups - check_board(neg, geo.box).sum(1)
     elif n_neg:
         neg_rng = _rng(cfg.seed, _STREAM_NEG)
         fail_p = parse_fail_counts(cfg.fail_counts)
@@ -144,20 +170,21 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
         neg_op[neg_rows] = fam
         target[neg_rows] = tg
 
-    c = check_board(boards)  # the only source of concept labels
+    c = check_board(boards, geo.box)  # the only source of concept labels
     y = c.all(axis=1).astype(np.int64)
-    if not (y.astype(bool) == is_pos).all() or not (27 - c[~is_pos].sum(1) == target[~is_pos]).all():
+    if not (y.astype(bool) == is_pos).all() or not (geo.n_groups - c[~is_pos].sum(1) == target[~is_pos]).all():
         raise AssertionError("labelled_boards: construction disagrees with the exact checker")
     return {"board": boards, "c": c, "y": y, "split": split, "neg_op": neg_op, "target": target}
 
 
 def one_hot(boards: np.ndarray) -> np.ndarray:
-    """Tabular view: ``float32 [N,729]``, column ``cell*9 + digit-1``."""
-    flat = np.asarray(boards).reshape(len(boards), 81).astype(np.int64)
-    out = np.zeros((len(flat), 81, 9), dtype=np.float32)
-    r, cell = np.nonzero((flat >= 1) & (flat <= 9))
+    """Tabular view: ``float32 [N,729]``, column ``cell*9 + digit-1`` (4x4 boards: ``[N,64]``, ``cell*4 + digit-1``)."""
+    g = geometry(infer_box(boards))
+    flat = np.asarray(boards).reshape(len(boards), g.cells).astype(np.int64)
+    out = np.zeros((len(flat), g.cells, g.n), dtype=np.float32)
+    r, cell = np.nonzero((flat >= 1) & (flat <= g.n))
     out[r, cell, flat[r, cell] - 1] = 1.0
-    return out.reshape(len(flat), 729)
+    return out.reshape(len(flat), g.cells * g.n)
 
 
 def _negative_info(cfg: SudokuConfig, neg_op: np.ndarray) -> dict:
@@ -193,8 +220,9 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
     boards = lab["board"]
     n = len(boards)
     render_seed = _rng(cfg.seed, _STREAM_RENDER).integers(0, 2**62, size=n, dtype=np.int64)
+    geo = geometry(cfg.block_size)
     if cfg.modality == "image" and images is not None:
-        side = image_size(cfg.cell_size)
+        side = image_size(cfg.cell_size, geo.n)
         x = images(board_renderer(cfg, boards, render_seed), (n, side, side))
     elif cfg.modality == "image":
         x = render_boards(
@@ -213,23 +241,24 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
     else:
         x = one_hot(boards)
     c = lab["c"].astype(np.float32)
-    meta = np.concatenate([boards.reshape(n, 81).astype(np.int64), render_seed[:, None], lab["neg_op"][:, None]], 1)
+    meta = np.concatenate([boards.reshape(n, geo.cells).astype(np.int64), render_seed[:, None], lab["neg_op"][:, None]], 1)
     neg = lab["y"] == 0
     info = {
         "generator": "synthetic.sudoku",
         "version": GENERATOR_VERSION,
-        "task": "is the 9x9 board a valid completed Sudoku; concepts = 27 group checks, y = their AND",
-        "valid_source": f"{cfg.mip_seeds_used} HiGHS MIP solves (scipy.optimize.milp, random first row+column, "
-        "zero objective) expanded by random validity-preserving transforms, de-duplicated",
+        "task": f"is the {geo.n}x{geo.n} board a valid completed Sudoku; concepts = {geo.n_groups} group checks, y = their AND",
+        "valid_source": f"{cfg.mip_seeds_used} HiGHS MIP solves (random first row+column, zero objective) expanded by "
+        "random validity-preserving transforms, de-duplicated" if geo.box == 3 else
+        "drawn uniformly with replacement from all 288 valid 4x4 grids (enumerated)",
         **_negative_info(cfg, lab["neg_op"]),
-        "failing_count_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(27 - lab["c"][neg].sum(1), return_counts=True))},
+        "failing_count_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(geo.n_groups - lab["c"][neg].sum(1), return_counts=True))},
         "labels": "c, c_true and y computed by the exact checker on the final boards",
-        "image_size": image_size(cfg.cell_size) if cfg.modality == "image" else None,
+        "image_size": image_size(cfg.cell_size, geo.n) if cfg.modality == "image" else None,
         "channels": "grey, stored [N,S,S] uint8; batches give float [B,3,S,S] (the grey channel repeated)",
         "render": {"cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
                    "glyph_variants": cfg.glyph_variants, "pencil_prob": cfg.pencil_prob,
                    "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise},
-        "meta": "81 board digits (row-major), render_seed, neg_op (-1 valid, else "
+        "meta": f"{geo.cells} board digits (row-major), render_seed, neg_op (-1 valid, else "
         + ("the number of swap actions)" if cfg.corruption == "swaps" else "index into negative_families)"),
         "config": cfg.to_dict(),
     }
@@ -240,10 +269,10 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         y=lab["y"],
         split=lab["split"],
         meta=meta,
-        concept_names=list(CONCEPT_NAMES),
-        true_concept_names=list(CONCEPT_NAMES),
+        concept_names=list(geo.concept_names),
+        true_concept_names=list(geo.concept_names),
         class_names=list(CLASS_NAMES),
-        meta_names=list(META_NAMES),
+        meta_names=meta_names(geo.n),
         modality=cfg.modality,
         extra={"board": boards.astype(np.int8)},
         info=info,
@@ -267,11 +296,12 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
     array but the images is cached as ``sudoku-labels-<key>.npz``: a later load reads it."""
     if storage not in ("memory", "disk", "render"):
         raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
-    side = image_size(cfg.cell_size)
+    geo = geometry(cfg.block_size)
+    side = image_size(cfg.cell_size, geo.n)
 
     def stored_renderer(a: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         meta = a["meta"]
-        return board_renderer(cfg, meta[:, :81].reshape(-1, 9, 9).astype(np.int8), meta[:, 81])
+        return board_renderer(cfg, meta[:, : geo.cells].reshape(-1, geo.n, geo.n).astype(np.int8), meta[:, geo.cells])
 
     if storage == "render" and cfg.modality == "image":
         with aux_cache(cache_dir):
@@ -310,9 +340,10 @@ def rerender(data: SyntheticData, rows: np.ndarray, cfg: SudokuConfig, boards: n
     """Re-render samples from their meta (optionally with edited ``boards``: exact counterfactuals),
     grey ``[N,S,S]`` like the stored images."""
     rows = np.asarray(rows)
-    b = data.meta[rows, :81].reshape(-1, 9, 9) if boards is None else np.asarray(boards)
+    geo = geometry(cfg.block_size)
+    b = data.meta[rows, : geo.cells].reshape(-1, geo.n, geo.n) if boards is None else np.asarray(boards)
     return render_boards(
-        b, cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, 81], pencil_prob=cfg.pencil_prob,
+        b, cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, geo.cells], pencil_prob=cfg.pencil_prob,
         pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed,
         glyph_variants=cfg.glyph_variants, gray=True,
     )

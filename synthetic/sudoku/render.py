@@ -1,6 +1,7 @@
 """Vectorised board rendering: glyph-bank gather + grid lines + optional pencil marks, blur, noise.
 
-Layout of a board image (square, side ``S = 9 * cell_size + T``): cell ``(r, c)``
+Layout of a board image (square, side ``S = n * cell_size + T`` for an ``n x n`` board, ``n`` = 9
+or 4): cell ``(r, c)``
 is the ``cell_size``-px tile at ``(r*cs, c*cs)``; its top and left edges carry
 the grid line before it (thick, ``T`` px, black around boxes; thin, 1 px, grey
 between cells) and the last ``T`` rows / columns are the outer bottom / right
@@ -17,9 +18,11 @@ enough to re-render a sample.
 from __future__ import annotations
 
 from functools import lru_cache
+from math import isqrt
 
 import numpy as np
 
+from synthetic.sudoku.geometry import geometry, infer_box
 from synthetic.sudoku.glyphs import PENCIL_SLOTS, glyph_bank, pencil_bank
 
 _THIN_INK = 110
@@ -31,9 +34,9 @@ def line_widths(cell_size: int) -> tuple[int, int]:
     return max(2, int(round(cell_size / 16))), 1
 
 
-def image_size(cell_size: int) -> int:
-    """Side of the square board image: ``9 * cell_size + thick line width``."""
-    return 9 * cell_size + line_widths(cell_size)[0]
+def image_size(cell_size: int, side: int = 9) -> int:
+    """Side of the square image of a ``side x side`` board: ``side * cell_size + thick line width``."""
+    return side * cell_size + line_widths(cell_size)[0]
 
 
 def cell_box(r: int, c: int, cell_size: int) -> tuple[int, int, int, int]:
@@ -41,9 +44,9 @@ def cell_box(r: int, c: int, cell_size: int) -> tuple[int, int, int, int]:
     return (r * cell_size, (r + 1) * cell_size, c * cell_size, (c + 1) * cell_size)
 
 
-_R, _C = np.divmod(np.arange(81), 9)
-#: Tile class of each cell ``[81]``: ``2*[thick line on top] + [thick line on the left]``.
-TILE_CLASS = (2 * (_R % 3 == 0) + (_C % 3 == 0)).astype(np.intp)
+#: Tile class of each cell of a 9x9 board ``[81]``: ``2*[thick line on top] + [thick line on the
+#: left]`` (:attr:`~synthetic.sudoku.geometry.Geometry.tile_class` for any board size).
+TILE_CLASS = geometry(3).tile_class
 
 
 @lru_cache(maxsize=16)
@@ -106,7 +109,7 @@ def render_boards(
     gray: bool = False,
     chunk: int | None = None,
 ) -> np.ndarray:
-    """Render boards ``[N,9,9]`` (digits 1..9, 0 = empty cell) to images.
+    """Render boards ``[N,9,9]`` (digits 1..9, 0 = empty cell; or 4x4 boards ``[N,4,4]``) to images.
 
     Parameters
     ----------
@@ -126,7 +129,9 @@ def render_boards(
     """
     b = np.asarray(boards)
     n = len(b)
-    flat = b.reshape(n, 81).astype(np.intp)
+    geo = geometry(infer_box(b))
+    ns = geo.n  # cells per side
+    flat = b.reshape(n, geo.cells).astype(np.intp)
     if flat.size and (flat.min() < 0 or flat.max() > 9):
         raise ValueError("render_boards: cells must hold digits 0..9")
     if not 0.0 <= pencil_prob <= 1.0:
@@ -137,7 +142,7 @@ def render_boards(
     if len(seeds) != n:
         raise ValueError("render_boards: need one seed per board")
     cs = int(cell_size)
-    side = image_size(cs)
+    side = image_size(cs, ns)
     bank = lined_bank(style, cs, glyph_variants, glyph_seed)
     pbank = pencil_bank(style, cs, pencil_variants, glyph_seed) if pencil_prob > 0 else None
     # fast path: gather RGB tile rows straight into place; otherwise compose in grey, then expand
@@ -146,28 +151,28 @@ def render_boards(
     out = np.empty((n, side, side) if gray else (n, side, side, 3), dtype=np.uint8)
     if chunk is None:  # small chunks keep the temporaries in cache
         chunk = max(4, int(2e6 // (side * side)))
-    cls = TILE_CLASS
+    cls = geo.tile_class
     ar = np.arange(cs).reshape(1, 1, cs, 1)
-    inner = slice(0, 9 * cs)
+    inner = slice(0, ns * cs)
     for a in range(0, n, chunk):
         z = slice(a, min(n, a + chunk))
         m = z.stop - a
-        var = (hashed_uniform(seeds[z], 1, (81,)) * glyph_variants).astype(np.intp)
-        key = (cls[None, :] * 10 + flat[z]) * glyph_variants + var  # [m,81] tile index into the bank
+        var = (hashed_uniform(seeds[z], 1, (geo.cells,)) * glyph_variants).astype(np.intp)
+        key = (cls[None, :] * 10 + flat[z]) * glyph_variants + var  # [m,cells] tile index into the bank
         if direct_rgb:
-            ridx = key.reshape(m, 9, 1, 9) * cs + ar  # [m, r, i, c] -> row i of tile (r, c)
-            out[z, inner, inner] = rows[ridx].reshape(m, 9 * cs, 9 * cs, 3)
-            out[z, 9 * cs :] = _THICK_INK  # outer bottom / right border
-            out[z, :, 9 * cs :] = _THICK_INK
+            ridx = key.reshape(m, ns, 1, ns) * cs + ar  # [m, r, i, c] -> row i of tile (r, c)
+            out[z, inner, inner] = rows[ridx].reshape(m, ns * cs, ns * cs, 3)
+            out[z, ns * cs :] = _THICK_INK  # outer bottom / right border
+            out[z, :, ns * cs :] = _THICK_INK
             continue
         img = np.full((m, side, side), _THICK_INK, dtype=np.uint8)
         if pbank is None:
-            ridx = key.reshape(m, 9, 1, 9) * cs + ar
-            img[:, inner, inner] = rows[ridx].reshape(m, 9 * cs, 9 * cs)
+            ridx = key.reshape(m, ns, 1, ns) * cs + ar
+            img[:, inner, inner] = rows[ridx].reshape(m, ns * cs, ns * cs)
         else:
-            tiles = bank.reshape(-1, cs, cs)[key]  # [m,81,cs,cs]
+            tiles = bank.reshape(-1, cs, cs)[key]  # [m,cells,cs,cs]
             _add_pencil(tiles, flat[z], seeds[z], pbank, pencil_prob, pencil_max, pencil_variants)
-            img[:, inner, inner] = tiles.reshape(m, 9, 9, cs, cs).transpose(0, 1, 3, 2, 4).reshape(m, 9 * cs, 9 * cs)
+            img[:, inner, inner] = tiles.reshape(m, ns, ns, cs, cs).transpose(0, 1, 3, 2, 4).reshape(m, ns * cs, ns * cs)
         if blur > 0 or noise > 0:
             img = _degrade(img, seeds[z], blur, noise, glyph_seed)
         if gray:
@@ -194,15 +199,16 @@ def _rgb_rows(style: str, cs: int, nv: int, seed: int) -> np.ndarray:
 
 def _add_pencil(tiles, flat, seeds, pbank, prob, kmax, npv) -> None:
     """Overlay 1..kmax distinct candidate digits in distinct corner/edge slots (darker pixel wins)."""
-    n = len(flat)
-    has = hashed_uniform(seeds, 2, (81,)) < prob
-    count = np.where(has, 1 + (hashed_uniform(seeds, 3, (81,)) * kmax).astype(np.intp), 0)
-    slots = np.argsort(hashed_uniform(seeds, 4, (81, len(PENCIL_SLOTS))), axis=2)[:, :, :kmax]
-    digits = np.argsort(hashed_uniform(seeds, 5, (81, 9)), axis=2)[:, :, :kmax] + 1
-    pvar = (hashed_uniform(seeds, 6, (81, kmax)) * npv).astype(np.intp)
-    t = tiles.reshape(n * 81, *tiles.shape[2:])
+    n, cells = flat.shape
+    n_digits = isqrt(cells)
+    has = hashed_uniform(seeds, 2, (cells,)) < prob
+    count = np.where(has, 1 + (hashed_uniform(seeds, 3, (cells,)) * kmax).astype(np.intp), 0)
+    slots = np.argsort(hashed_uniform(seeds, 4, (cells, len(PENCIL_SLOTS))), axis=2)[:, :, :kmax]
+    digits = np.argsort(hashed_uniform(seeds, 5, (cells, n_digits)), axis=2)[:, :, :kmax] + 1
+    pvar = (hashed_uniform(seeds, 6, (cells, kmax)) * npv).astype(np.intp)
+    t = tiles.reshape(n * cells, *tiles.shape[2:])
     count = count.reshape(-1)
-    slots, digits, pvar = (x.reshape(n * 81, kmax) for x in (slots, digits, pvar))
+    slots, digits, pvar = (x.reshape(n * cells, kmax) for x in (slots, digits, pvar))
     for k in range(kmax):
         sel = np.flatnonzero(count > k)
         if len(sel):

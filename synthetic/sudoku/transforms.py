@@ -6,44 +6,64 @@ maps valid grids to valid grids and has 9! * 6^8 * 6^2 * 2 ≈ 1.2e12 elements, 
 a handful of MIP solutions expand into as many distinct boards as any sweep needs.
 
 A transform is stored as a cell gather ``idx [N,81]`` (``out.flat[i] =
-src.flat[idx[i]]``) plus a digit map ``relabel [N,10]`` (``relabel[0] = 0``).
+src.flat[idx[i]]``) plus a digit map ``relabel [N,10]`` (``relabel[0] = 0``). 4x4 boards
+(``box=2``) have the same group with 2-item permutations: ``idx [N,16]``, digits 1..4 relabelled.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from itertools import permutations
+
 import numpy as np
 
+from synthetic.sudoku.geometry import geometry, infer_box, n_valid_grids
+
+#: Rounds of :func:`expand` without a new board after which it gives up (9x9 grids never stall).
+MAX_STALLED_ROUNDS = 50
+
+
+@lru_cache(maxsize=4)
+def perms(k: int) -> np.ndarray:
+    """All ``k!`` permutations of ``k`` items, ``int32 [k!, k]``."""
+    out = np.array(list(permutations(range(k))), dtype=np.int32)
+    out.setflags(write=False)
+    return out
+
+
 #: The six permutations of three items.
-PERM3 = np.array([[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]], dtype=np.int32)
+PERM3 = perms(3)
 
 
-def _line_orders(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``[n,9]`` random line orders: bands (or stacks) permuted, lines permuted inside each."""
-    bands = PERM3[rng.integers(6, size=n)]  # source band of output band b
-    within = PERM3[rng.integers(6, size=(n, 3))]  # line order inside each band
-    return (bands[:, :, None] * 3 + within).reshape(n, 9)
+def _line_orders(rng: np.random.Generator, n: int, box: int = 3) -> np.ndarray:
+    """``[n, box**2]`` random line orders: bands (or stacks) permuted, lines permuted inside each."""
+    p = perms(box)
+    bands = p[rng.integers(len(p), size=n)]  # source band of output band b
+    within = p[rng.integers(len(p), size=(n, box))]  # line order inside each band
+    return (bands[:, :, None] * box + within).reshape(n, box * box)
 
 
-def random_transforms(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+def random_transforms(rng: np.random.Generator, n: int, box: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """``n`` uniformly random elements of the validity-preserving group.
 
-    Returns ``(idx int32 [n,81], relabel int8 [n,10])``: output cell ``i`` of
-    board ``k`` is ``relabel[k, src[idx[k, i]]]``.
+    Returns ``(idx int32 [n,81], relabel int8 [n,10])`` (``[n,16]`` cells for ``box=2``): output
+    cell ``i`` of board ``k`` is ``relabel[k, src[idx[k, i]]]``.
     """
-    rows = _line_orders(rng, n)
-    cols = _line_orders(rng, n)
+    side = box * box
+    rows = _line_orders(rng, n, box)
+    cols = _line_orders(rng, n, box)
     flip = (rng.random(n) < 0.5)[:, None, None]
     # plain: out[r,c] = src[rows[r], cols[c]]; transposed: out[r,c] = src[rows[c], cols[r]]
-    idx = np.where(flip, rows[:, None, :] * 9 + cols[:, :, None], rows[:, :, None] * 9 + cols[:, None, :])
-    relabel = np.zeros((n, 10), dtype=np.int8)
-    relabel[:, 1:] = rng.permuted(np.broadcast_to(np.arange(1, 10, dtype=np.int8), (n, 9)), axis=1)
-    return idx.reshape(n, 81), relabel
+    idx = np.where(flip, rows[:, None, :] * side + cols[:, :, None], rows[:, :, None] * side + cols[:, None, :])
+    relabel = np.tile(np.arange(10, dtype=np.int8), (n, 1))  # digits above n (never on a board) map to themselves
+    relabel[:, 1 : side + 1] = rng.permuted(np.broadcast_to(np.arange(1, side + 1, dtype=np.int8), (n, side)), axis=1)
+    return idx.reshape(n, side * side), relabel
 
 
 def apply_transforms(boards: np.ndarray, idx: np.ndarray, relabel: np.ndarray) -> np.ndarray:
-    """Apply transforms row-wise: ``boards [n,81]`` (or ``[n,9,9]``) -> ``int8 [n,81]``."""
+    """Apply transforms row-wise: ``boards [n,81]`` (or ``[n,9,9]``; 16 cells for 4x4) -> ``int8 [n,cells]``."""
     n = len(idx)
-    flat = np.asarray(boards, dtype=np.int8).reshape(n, 81)
+    flat = np.asarray(boards, dtype=np.int8).reshape(n, idx.shape[1])
     moved = np.take_along_axis(flat, idx.astype(np.intp, copy=False), axis=1)
     return _relabel(moved, relabel)
 
@@ -56,40 +76,53 @@ def _relabel(moved: np.ndarray, relabel: np.ndarray) -> np.ndarray:
 
 def transform_grids(grids: np.ndarray, pick: np.ndarray, idx: np.ndarray, relabel: np.ndarray) -> np.ndarray:
     """Like :func:`apply_transforms` on ``grids[pick]`` without materialising the copies."""
-    src = np.ascontiguousarray(np.asarray(grids, dtype=np.int8).reshape(-1, 81)).reshape(-1)
-    moved = src[pick.astype(np.intp)[:, None] * 81 + idx]
+    cells = idx.shape[1]
+    src = np.ascontiguousarray(np.asarray(grids, dtype=np.int8).reshape(-1, cells)).reshape(-1)
+    moved = src[pick.astype(np.intp)[:, None] * cells + idx]
     return _relabel(moved, relabel)
 
 
 def unique_first(boards: np.ndarray) -> np.ndarray:
     """Indices of the first occurrence of every distinct board, in original order."""
-    flat = np.ascontiguousarray(np.asarray(boards, dtype=np.int8).reshape(len(boards), 81))
-    keys = flat.view(np.dtype((np.void, 81))).ravel()
+    arr = np.asarray(boards, dtype=np.int8)
+    flat = np.ascontiguousarray(arr.reshape(len(arr), -1))
+    keys = flat.view(np.dtype((np.void, flat.shape[1]))).ravel()
     _, first = np.unique(keys, return_index=True)
     return np.sort(first)
 
 
 def expand(grids: np.ndarray, n: int, rng: np.random.Generator, exclude: np.ndarray | None = None) -> np.ndarray:
-    """``n`` distinct valid boards ``int8 [n,9,9]`` from random transforms of ``grids``.
+    """``n`` distinct valid boards ``int8 [n,9,9]`` (``[n,4,4]`` from 4x4 grids) from random transforms of ``grids``.
 
     Each output picks a source grid uniformly, then a random group element;
     duplicates (and boards in ``exclude``) are dropped and replaced until ``n``
     distinct boards remain. Deterministic given ``rng``.
     """
-    src = np.asarray(grids, dtype=np.int8).reshape(-1, 81)
+    g = geometry(infer_box(grids))
+    src = np.asarray(grids, dtype=np.int8).reshape(-1, g.cells)
     if len(src) == 0:
         raise ValueError("expand: need at least one source grid")
-    out = np.zeros((0, 81), dtype=np.int8)
     n_excl = 0 if exclude is None else len(exclude)
-    pool = np.zeros((0, 81), dtype=np.int8) if exclude is None else np.asarray(exclude, np.int8).reshape(-1, 81)
+    if n + n_excl > n_valid_grids(g.box):
+        raise ValueError(f"expand: {n} distinct {g.n}x{g.n} boards asked (besides {n_excl} excluded); only "
+                         f"{n_valid_grids(g.box)} exist")  # fmt: skip
+    out = np.zeros((0, g.cells), dtype=np.int8)
+    pool = np.zeros((0, g.cells), dtype=np.int8) if exclude is None else np.asarray(exclude, np.int8).reshape(-1, g.cells)
+    stalled = 0
     while len(out) < n:
+        if stalled >= MAX_STALLED_ROUNDS:  # the grids' orbits hold fewer boards (4x4: 288 grids in two orbits)
+            raise ValueError(f"expand: the {len(src)} source grid(s) expand into only {len(out)} distinct {g.n}x{g.n} boards, "
+                             f"{n} asked")  # fmt: skip
+        before = len(out)
         m = n - len(out) + 8 + (n - len(out)) // 64
         pick = rng.integers(len(src), size=m)
-        idx, relabel = random_transforms(rng, m)
+        idx, relabel = random_transforms(rng, m, g.box)
         cand = transform_grids(src, pick, idx, relabel)
         allb = np.concatenate([pool, out, cand])
         keep = unique_first(allb)
         keep = keep[keep >= n_excl]
         out = allb[keep][:n]
         pool = allb[:n_excl]
-    return out.reshape(n, 9, 9)
+        stalled = stalled + 1 if len(out) == before else 0
+    return out.reshape(n, g.n, g.n)
+

@@ -366,3 +366,7 @@ def test_sudoku_boards_with_the_exact_digit_editor(tmp_path, httpserver):
     assert out["summary"]["ccs"].value == pytest.approx(np.mean([np.mean(f) for f in flips]))
     with pytest.raises(ValueError, match="items.source=sudoku needs data=sudoku"):
         make_cfg(tmp_path, httpserver, items={"source": "sudoku"})
+    with pytest.raises(ValueError, match="data.block_size=2: EDCT's Sudoku items and editor are 9x9 boards"):
+        make_cfg(tmp_path, httpserver, data={**SUDOKU, "block_size": 2, "corruption": "swaps"}, items={"source": "sudoku"})
+    with pytest.raises(ValueError, match="the Sudoku editor edits 9x9 boards"):
+        sudoku_items(data_config({**SUDOKU, "block_size": 2, "corruption": "swaps"}), "test", np.arange(2))

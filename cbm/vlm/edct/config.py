@@ -136,7 +136,9 @@ class EDCTConfig:
 
         if self.items.source != str(self.data.get("name", "")).split("_")[0]:
             raise ValueError(f"items.source={self.items.source} needs data={self.items.source} (got data.name={self.data.get('name')})")
-        data_config(dict(self.data))  # the generator's own checks, one line each
+        dcfg = data_config(dict(self.data))  # the generator's own checks, one line each
+        if getattr(dcfg, "block_size", 3) != 3:
+            raise ValueError(f"data.block_size={dcfg.block_size}: EDCT's Sudoku items and editor are 9x9 boards")
 
     def _check_editor(self) -> None:
         from cbm.vlm.editors import check_editor

@@ -84,7 +84,7 @@ def sudoku_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     editor = make_editor(**{**dict(cfg.editor), "kind": "synthetic_sudoku"}, cfg=dcfg) if kind.startswith("synthetic") else make_editor(**free_editor(cfg))
 
     def label_of(meta: Any) -> str:
-        return CLASS_NAMES[int(check_board(np.asarray(meta["board"]))[None].reshape(-1, 27).all())]
+        return CLASS_NAMES[int(check_board(np.asarray(meta["board"])).all())]
 
     return named, list(cfg.options or CLASS_NAMES), editor, label_of
 

@@ -433,6 +433,8 @@ def sudoku_items(
     ``position``, ``index``, ``y`` and ``c_true`` (check name -> value).
     """
     cfg = _sudoku_config(cfg)
+    if cfg.block_size != 3:
+        raise ValueError(f"the Sudoku editor edits 9x9 boards; data.block_size={cfg.block_size} (4x4 boards) is not supported here")
     data = sudoku_dataset.load(cfg, cache_dir) if data is None else data
     pos, rows = _split_rows(data, split, indices)
     items = []
