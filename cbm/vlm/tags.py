@@ -1,23 +1,103 @@
-"""Structured parsing of XML-tagged model replies (``<answer>yes</answer>``).
+"""Structured parsing of XML-tagged model replies (``<answer>yes</answer>``), as real models write them.
 
 A sweep asks thousands of questions; a malformed reply must become a recorded error of a known
-kind, never an exception. Every parse returns a :class:`TagResult` whose ``error`` is ``None`` or
-one of :data:`ERROR_KINDS`:
+kind, never an exception, and a reply a person would read without doubt must be read. Before any
+tag is looked for, :func:`clean_reply` drops reasoning blocks (``<think>...</think>``, also one
+whose opening tag the server stripped, and a truncated one that never closes), code-fence lines
+and HTML-escaped tags. Values are read tolerantly (:func:`match_option`: markdown, quotes, "The
+answer is ...", a sentence naming exactly one option and no negated one; :func:`parse_score`: "4",
+"4.0", "4/5", "**4**", "4 out of 5"), and a missing tag falls back to a labelled line ("Answer:
+Glorp", "Score: 4"). Every parse returns a :class:`TagResult` whose ``error`` is ``None`` or one of
+:data:`ERROR_KINDS`:
 
-* ``missing``: no ``<tag>`` in the reply;
+* ``missing``: no ``<tag>`` in the reply (nor a labelled line);
 * ``unclosed``: ``<tag>`` opened but never closed (a truncated reply);
 * ``empty``: the tag holds only whitespace;
 * ``not_in_options``: the value is not one of the allowed options;
-* ``conflicting``: the tag appears more than once with different values.
+* ``conflicting``: the tag appears more than once with different values;
+* ``ambiguous``: the value names several options (or only negated ones);
+* ``refused``: no value, and the reply declines to answer.
 """
 
 from __future__ import annotations
 
+import html
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-ERROR_KINDS = ("missing", "unclosed", "empty", "not_in_options", "conflicting")
+ERROR_KINDS = ("missing", "unclosed", "empty", "not_in_options", "conflicting", "ambiguous", "refused")
+
+_REASONING_TAGS = r"(?:think|thinking|reasoning|reflection|scratchpad)"
+_REASONING_BLOCK = re.compile(rf"<\s*({_REASONING_TAGS})\b[^>]*>.*?<\s*/\s*\1\s*>", re.IGNORECASE | re.DOTALL)
+_REASONING_OPEN = re.compile(rf"<\s*{_REASONING_TAGS}\b[^>]*>", re.IGNORECASE)
+_REASONING_CLOSE = re.compile(rf"<\s*/\s*{_REASONING_TAGS}\s*>", re.IGNORECASE)
+_FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[\w+-]*[ \t]*$", re.MULTILINE)
+_REFUSAL = re.compile(
+    r"\b(?:I\s*(?:'m| am)\s+(?:sorry|unable|not able)|I\s+(?:cannot|can't|can not|won't|am unable to)\s+"
+    r"(?:help|assist|answer|determine|tell|provide|comply|identify|say|decide)|(?:cannot|can't|impossible to)\s+(?:be\s+)?determined?|"
+    r"as an ai\b|unable to (?:determine|answer|tell))",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"(?:\bnot|n't|\bno|\bnever|\bneither|\bnor|\brather than|\binstead of)\s+(?:\w+\s+){0,2}$", re.IGNORECASE)
+_PREFIX = re.compile(
+    r"^(?:(?:the|my)\s+)?(?:final\s+)?(?:answer|label|class|category|response|prediction|verdict|choice)\s*(?:is|would be|:|#|-|=)?\s*",
+    re.IGNORECASE,
+)
+
+
+def clean_reply(text: str | None) -> str:
+    """The part of a reply that answers: reasoning blocks removed (closed ones; everything before a
+    closing tag whose opening tag the server stripped; everything after an opening tag that never
+    closes: a truncated reasoning), code-fence lines removed, escaped tags (``&lt;answer&gt;``) unescaped."""
+    t = text or ""
+    if "&lt;" in t or "&gt;" in t:
+        t = html.unescape(t)
+    t = _REASONING_BLOCK.sub(" ", t)
+    closes = list(_REASONING_CLOSE.finditer(t))
+    if closes:
+        t = t[closes[-1].end() :]
+    opened = _REASONING_OPEN.search(t)
+    if opened is not None:
+        t = t[: opened.start()]
+    return _FENCE_LINE.sub("", t)
+
+
+def _plain(value: str) -> str:
+    """Markdown emphasis, quotes and surrounding punctuation removed, whitespace collapsed."""
+    v = re.sub(r"[*_`\"\u201c\u201d\u2018\u2019]|(?<!\w)'|'(?!\w)", "", value)
+    return " ".join(v.split()).strip(" .!:;,()[]")
+
+
+def match_option(value: str, options: Sequence[str], aliases: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """The option ``value`` names, read as a person would: ``(option, None)`` or ``(None, kind)``
+    with kind ``not_in_options`` / ``ambiguous``. Exact (case-insensitive, markup and a leading
+    "The answer is" ignored) first; else the value must name exactly one option as a whole word
+    and not negated ("not a Glorp" names no option)."""
+    opts = {o.lower(): o for o in options}
+    alias = {k.lower(): v for k, v in (aliases or {}).items()}
+    plain = _plain(value)
+    for cand in (plain, _PREFIX.sub("", plain)):
+        word = _plain(cand).lower()
+        word = alias.get(word, word).lower()
+        if word in opts:
+            return opts[word], None
+    names = {**{o: o for o in opts}, **{a: alias[a].lower() for a in alias if alias[a].lower() in opts}}
+    found, negated = set(), set()
+    low = plain.lower()
+    for name, target in names.items():
+        for m in re.finditer(rf"(?<![\w-]){re.escape(name)}(?![\w-])", low):
+            (negated if _NEGATION.search(low[max(0, m.start() - 40) : m.start()]) else found).add(target)
+    if len(found) == 1:
+        return opts[found.pop()], None
+    return None, ("ambiguous" if found or negated else "not_in_options")
+
+
+def labelled_value(text: str, label: str) -> str | None:
+    """The value of the last ``label: value`` line (markdown around the label allowed)."""
+    words = r"[\s_-]+".join(re.escape(w) for w in re.split(r"[\s_-]+", label.strip()) if w)
+    hits = re.findall(rf"(?im)^[\s>*#_-]*(?:final\s+)?{words}[\s*_]*[:=][\s*_]*(.+?)\s*$", text)
+    return hits[-1] if hits else None
 
 
 @dataclass(frozen=True)
@@ -65,36 +145,133 @@ def tag_blocks(text: str, tag: str) -> tuple[list[str], int, int]:
 
 
 def parse_tag(reply: str | None, tag: str) -> TagResult:
-    """The text inside ``<tag>...</tag>`` (attributes on the opening tag allowed, case-insensitive).
+    """The text inside ``<tag>...</tag>`` (attributes on the opening tag allowed, case-insensitive)
+    of the cleaned reply (:func:`clean_reply`; ``raw`` keeps the reply as sent).
 
     Repeated tags with the same value count once; with different values the result is a
     ``conflicting`` error (a model that answers twice has not answered).
     """
-    text = reply or ""
+    raw = reply or ""
+    text = clean_reply(raw)
     values, unclosed, _ = tag_blocks(text, tag)
     if not values:
         if unclosed:
-            return TagResult(None, ParseError("unclosed", f"<{tag}> is never closed"), text)
-        return TagResult(None, ParseError("missing", f"no <{tag}> tag in the reply"), text)
+            return TagResult(None, ParseError("unclosed", f"<{tag}> is never closed"), raw)
+        return TagResult(None, ParseError("missing", f"no <{tag}> tag in the reply"), raw)
     distinct = list(dict.fromkeys(values))
     if len(distinct) > 1:
         shown = ", ".join(repr(v[:40]) for v in distinct[:3])
-        return TagResult(None, ParseError("conflicting", f"<{tag}> given {len(distinct)} different values: {shown}"), text)
+        return TagResult(None, ParseError("conflicting", f"<{tag}> given {len(distinct)} different values: {shown}"), raw)
     if not distinct[0]:
-        return TagResult(None, ParseError("empty", f"<{tag}> is empty"), text)
-    return TagResult(distinct[0], None, text)
+        return TagResult(None, ParseError("empty", f"<{tag}> is empty"), raw)
+    return TagResult(distinct[0], None, raw)
 
 
-def parse_choice(reply: str | None, tag: str, options: Iterable[str], aliases: Mapping[str, str] | None = None) -> TagResult:
-    """``parse_tag`` restricted to ``options`` (case-insensitive, trailing punctuation ignored);
-    ``aliases`` maps other spellings onto an option (e.g. ``{"true": "yes"}``)."""
-    found = parse_tag(reply, tag)
+def _untagged_value(raw: str, tag: str, label: str | None) -> str | None:
+    """A missing tag's value: from a tag whose name contains it (``<final_answer>``), else a
+    labelled line (``Answer: Glorp``, ``**Score:** 4``)."""
+    text = clean_reply(raw)
+    for m in _OPEN.finditer(text):
+        name = m.group(1).lower()
+        if name != tag.lower() and tag.lower() in name:
+            bodies, _, _ = tag_blocks(text, name)
+            if bodies and bodies[0]:
+                return bodies[0]
+    for name in dict.fromkeys(x for x in (label, tag) if x):
+        found = labelled_value(text, name)
+        if found is not None and _plain(found):
+            return found
+    return None
+
+
+def unclosed_value(raw: str, tag: str) -> str | None:
+    """What follows an opening ``<tag>`` that never closes, up to the next tag or line end (a model
+    that forgot the closing tag, or a reply cut after its answer)."""
+    text = clean_reply(raw)
+    opens = [m for m in _OPEN.finditer(text) if m.group(1).lower() == tag.lower()]
+    if not opens:
+        return None
+    rest = text[opens[-1].end() :].lstrip()
+    value = re.split(r"<|\n", rest, maxsplit=1)[0].strip()
+    return value or None
+
+
+def _missing(found: TagResult, raw: str) -> TagResult:
+    """A missing value: ``refused`` when the reply declines to answer, else the parse's own error."""
+    if found.error is not None and found.error.kind == "missing" and _REFUSAL.search(clean_reply(raw)):
+        return TagResult(None, ParseError("refused", "the reply declines to answer"), raw)
+    return found
+
+
+def parse_choice(reply: str | None, tag: str, options: Iterable[str], aliases: Mapping[str, str] | None = None, *,
+                 label: str | None = None, free_text: bool = False) -> TagResult:  # fmt: skip
+    """``parse_tag`` read as one of ``options`` by :func:`match_option`; ``aliases`` maps other
+    spellings onto an option (e.g. ``{"true": "yes"}``). Without the tag: a labelled line
+    (``label: value``, default the tag's name, e.g. ``Answer: Glorp``), then (``free_text``) the
+    whole reply when it names exactly one option and no negated one (a bare "Glorp." or a sentence)."""
+    raw = reply or ""
+    opts = list(options)
+    found = parse_tag(raw, tag)
+    value = found.value
     if not found.ok:
-        return found
-    opts = {o.lower(): o for o in options}
-    alias = {k.lower(): v for k, v in (aliases or {}).items()}
-    word = found.value.strip().strip(".!").strip().lower()
-    word = alias.get(word, word).lower()
-    if word in opts:
-        return TagResult(opts[word], None, found.raw)
-    return TagResult(None, ParseError("not_in_options", f"<{tag}> is {found.value[:40]!r}, expected one of {sorted(opts.values())}"), found.raw)
+        if found.error.kind == "unclosed":
+            value = unclosed_value(raw, tag)
+        elif found.error.kind == "missing":
+            value = _untagged_value(raw, tag, label)
+        if value is None and found.error.kind == "missing" and free_text:
+            body = clean_reply(raw).strip()
+            if body and not re.search(r"<\s*/?\s*[A-Za-z_][\w-]*[^<>]*>", body):  # prose, not other tags
+                got, kind = match_option(body, opts, aliases)
+                if got is not None:
+                    return TagResult(got, None, raw)
+                if kind == "ambiguous":
+                    return TagResult(None, ParseError("ambiguous", f"no <{tag}>, and the reply names several options or only negated ones"), raw)
+        if value is None:
+            return _missing(found, raw)
+    got, kind = match_option(value, opts, aliases)
+    if got is not None:
+        return TagResult(got, None, raw)
+    if kind == "not_in_options" and _REFUSAL.search(value):
+        return TagResult(None, ParseError("refused", f"<{tag}> declines to answer: {value[:40]!r}"), raw)
+    what = "names several options or only negated ones" if kind == "ambiguous" else "is not one of the options"
+    return TagResult(None, ParseError(kind, f"<{tag}> {what}: {value[:40]!r}, expected one of {sorted(opts)}"), raw)
+
+
+_NUMBER = re.compile(r"^(?:score\s*[:=]?\s*)?([+-]?\d+(?:\.\d+)?)\s*(?:(?:/|out of|of)\s*(\d+(?:\.\d+)?))?(?:\s*(?:points?|stars?))?\s*(?:[-\u2013\u2014:(,.].*)?$", re.IGNORECASE | re.DOTALL)
+
+
+def read_score(value: str, lo: int = 1, hi: int = 5) -> tuple[int | None, str | None]:
+    """An integer score on ``lo..hi`` from ``"4"``, ``"4.0"``, ``"4/5"``, ``"**4**"``, ``"4 out of 5"``,
+    ``"Score: 4 - clear"``: ``(score, None)`` or ``(None, why)``. ``"4.5"``, ``"8/10"`` and values
+    outside the scale are refused, never rounded or rescaled."""
+    v = _plain(value)
+    m = _NUMBER.match(v)
+    if not m:
+        return None, f"not a number: {value[:30]!r}"
+    x, scale = float(m.group(1)), m.group(2)
+    if scale is not None and float(scale) != hi:
+        return None, f"on another scale: {value[:30]!r}"
+    if x != int(x):
+        return None, f"not an integer: {value[:30]!r}"
+    if not lo <= x <= hi:
+        return None, f"outside {lo}-{hi}: {value[:30]!r}"
+    return int(x), None
+
+
+def parse_score(reply: str | None, tag: str, lo: int = 1, hi: int = 5, *, label: str | None = None) -> TagResult:
+    """An integer ``lo..hi`` from ``<tag>`` (or a ``label: 4`` line when the tag is missing), read by
+    :func:`read_score`; the value is the score's text (``"4"``)."""
+    raw = reply or ""
+    found = parse_tag(raw, tag)
+    value = found.value
+    if not found.ok:
+        if found.error.kind == "unclosed":
+            value = unclosed_value(raw, tag)
+        elif found.error.kind == "missing":
+            value = _untagged_value(raw, tag, label)
+        if value is None:
+            return _missing(found, raw)
+    score, why = read_score(value, lo, hi)
+    if score is None:
+        return TagResult(None, ParseError("not_in_options", f"<{tag}> {why}"), raw)
+    return TagResult(str(score), None, raw)

@@ -210,8 +210,8 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver):
 def test_parsers_record_error_kinds():
     a = parse_answer("<answer>glorp.</answer><explanation>pointy feet</explanation>", ["Drent", "Glorp"])
     assert (a.answer, a.explanation, a.errors) == ("Glorp", "pointy feet", [])
-    b = parse_answer("<answer>Blob</answer><explanation>x", ["Drent", "Glorp"])
-    assert b.answer is None and [e.kind for e in b.errors] == ["not_in_options", "unclosed"]
+    b = parse_answer("<answer>Blob</answer><explanation>x", ["Drent", "Glorp"])  # an unclosed explanation is read to its end
+    assert b.answer is None and b.explanation == "x" and [e.kind for e in b.errors] == ["not_in_options"]
     assert parse_concepts("<concept>Feet</concept><concept>feet </concept><concept>mouth</concept><concept>eyes</concept>", 2) == (["Feet", "mouth"], [])
     assert [e.kind for e in parse_concepts("no tags here", 2)[1]] == ["missing"]
     assert parse_concepts("<none/>", 2) == ([], [])

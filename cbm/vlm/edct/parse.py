@@ -8,13 +8,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cbm.vlm.editors.base import EditInstruction
-from cbm.vlm.tags import ParseError, parse_choice, parse_tag
+from cbm.vlm.tags import (
+    ParseError,
+    clean_reply,
+    labelled_value,
+    parse_choice,
+    parse_score,
+    parse_tag,
+    unclosed_value,
+)
 
 _CONCEPT = re.compile(r"<concept\b[^>]*>(.*?)</concept\s*>", re.IGNORECASE | re.DOTALL)
 _EDIT = re.compile(r"<edit\b[^>]*>(.*?)</edit\s*>", re.IGNORECASE | re.DOTALL)
 EDIT_FIELDS = ("concept", "keep", "change", "how", "constraints")
 YES_NO = ("yes", "no")
+#: Other spellings judges use for a binary verdict.
+YES_NO_ALIASES = {"true": "yes", "false": "no", "consistent": "yes", "inconsistent": "no", "faithful": "yes", "unfaithful": "no"}
 RUBRIC = tuple(str(i) for i in range(1, 6))
+#: Fewest words of prose taken as the explanation of a reply without an <explanation> tag.
+MIN_PROSE_WORDS = 4
+_ANY_TAG = re.compile(r"<\s*/?\s*[A-Za-z_][\w-]*[^<>]*>")
 
 
 @dataclass
@@ -27,9 +40,25 @@ class Answer:
 
 
 def parse_answer(reply: str, options: Sequence[str]) -> Answer:
-    a = parse_choice(reply, "answer", options)
+    """The answer (tag, ``Answer:`` line, or prose naming exactly one option) and the explanation
+    (tag; an unclosed one to the next tag; an ``Explanation:`` line; else the prose around the
+    answer when it has at least :data:`MIN_PROSE_WORDS` words)."""
+    a = parse_choice(reply, "answer", options, free_text=True)
     e = parse_tag(reply, "explanation")
-    return Answer(a.value, e.value, [err for err in (a.error, e.error) if err is not None])
+    explanation, e_err = e.value, e.error
+    if e_err is not None:
+        text = clean_reply(reply)
+        if e_err.kind == "unclosed":
+            rest = text[re.search(r"<\s*explanation\b[^>]*>", text, re.IGNORECASE).end() :]
+            explanation = _ANY_TAG.split(rest, maxsplit=1)[0].strip() or unclosed_value(reply, "explanation")
+        elif e_err.kind == "missing":
+            explanation = labelled_value(text, "explanation")
+            if explanation is None:
+                prose = " ".join(_ANY_TAG.sub(" ", re.sub(r"<answer\b[^>]*>.*?</answer\s*>", " ", text, flags=re.IGNORECASE | re.DOTALL)).split())
+                explanation = prose if len(prose.split()) >= MIN_PROSE_WORDS else None
+        if explanation:
+            e_err = None
+    return Answer(a.value, explanation or None, [err for err in (a.error, e_err) if err is not None])
 
 
 def _norm(text: str) -> str:
@@ -41,7 +70,11 @@ def parse_concepts(reply: str, k: int) -> tuple[list[str], list[ParseError]]:
     whitespace insensitive) and empty tags are dropped; an opened but unclosed tag is an error."""
     errors: list[ParseError] = []
     seen, out = set(), []
-    for raw in _CONCEPT.findall(reply or ""):
+    reply = clean_reply(reply)
+    tagged = _CONCEPT.findall(reply)
+    if not tagged and not re.search(r"<concept\b|<none\s*/?>", reply, re.IGNORECASE):
+        tagged = _list_items(reply)  # a plain bulleted / numbered list
+    for raw in tagged:
         name = " ".join(raw.split())
         if not name:
             errors.append(ParseError("empty", "an empty <concept> tag"))
@@ -57,11 +90,18 @@ def parse_concepts(reply: str, k: int) -> tuple[list[str], list[ParseError]]:
     return out[:k], errors
 
 
+def _list_items(text: str) -> list[str]:
+    """The items of a bulleted or numbered list (``- x``, ``* x``, ``1. x``, ``2) x``), markup removed."""
+    items = re.findall(r"(?m)^\s*(?:[-*\u2022]|\d+[.)])\s+(.+?)\s*$", text)
+    return [re.sub(r"[*_`\"]", "", i).split(":")[0].strip(" .") for i in items]
+
+
 def parse_edit_chain(reply: str, concepts: Sequence[str]) -> tuple[list[EditInstruction], list[ParseError]]:
     """One :class:`EditInstruction` per ``<edit>`` block, in order; a block without ``<concept>``
     takes the concept at its position; fewer blocks than concepts is an error (the chain is cut)."""
     errors: list[ParseError] = []
     chain = []
+    reply = clean_reply(reply)
     for i, block in enumerate(_EDIT.findall(reply or "")):
         fields = {}
         for f in (*EDIT_FIELDS, "target"):
@@ -91,9 +131,15 @@ class Verdict:
 
 
 def parse_verdict(reply: str) -> Verdict:
-    ac = parse_choice(reply, "ac", YES_NO)
-    ef = parse_choice(reply, "ef", YES_NO)
-    sc = parse_choice(reply, "score", RUBRIC)
+    """AC and EF as yes / no (tags, or ``Answer consistency: yes`` lines; true/false and the like
+    accepted) and the rubric score 1-5 (``4``, ``4.0``, ``4/5``, ``Score: 4``)."""
+    ac = parse_choice(reply, "ac", YES_NO, YES_NO_ALIASES, label="answer consistency")
+    if ac.error is not None and ac.error.kind == "missing":
+        ac = parse_choice(reply, "ac", YES_NO, YES_NO_ALIASES)
+    ef = parse_choice(reply, "ef", YES_NO, YES_NO_ALIASES, label="explanation faithfulness")
+    if ef.error is not None and ef.error.kind == "missing":
+        ef = parse_choice(reply, "ef", YES_NO, YES_NO_ALIASES)
+    sc = parse_score(reply, "score")
     errors = [e for e in (ac.error, ef.error, sc.error) if e is not None]
     return Verdict(None if ac.value is None else ac.value == "yes", None if ef.value is None else ef.value == "yes",
                    None if sc.value is None else int(sc.value), errors)  # fmt: skip
