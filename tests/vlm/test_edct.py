@@ -234,11 +234,14 @@ def test_statistics():
     assert bootstrap_mean([1.0, 1.0]).low == 1.0 and np.isnan(bootstrap_mean([0.5]).low)
 
     def step(ac, ef, changed, known, score=3):
-        return {"status": "judged", "judge": {"ac": ac, "ef": ef, "score": score}, "answer_changed": changed, "known_change": known}
+        return {"status": "judged", "judge": {"ac": ac, "ef": ef, "score": score}, "answer_changed": changed, "known_change": known,
+                "requery": {"answer": "Glorp"}}  # fmt: skip
 
     recs = [{"steps": [step(True, True, True, True, 5), step(True, False, False, False, 1)]},
             {"steps": [step(False, True, False, True), {"status": "stopped"}]}, {"steps": []}]  # fmt: skip
     s = summarise(recs, n_resamples=200)
+    unread = {**step(True, True, None, None), "requery": {"answer": None}}  # an unreadable re-query is never consistent
+    assert summarise([*recs, {"steps": [unread]}], n_resamples=200)["items_scored"] == 2
     assert s["items_scored"] == 2 and s["steps_judged"] == 3
     assert s["ccs"].value == pytest.approx((0.5 + 0.0) / 2) and s["ccs_graded"].value == pytest.approx((0.5 + 0.5) / 2)
     assert s["pcs"].value == 1.0 and s["ncc"].value == 0.0 and s["ncc"].n == 2

@@ -158,11 +158,19 @@ def test_judge_scores_are_parsed_strictly():
     s = parse_scores(ok)
     assert s.complete and s.scores == {m: i % 5 + 1 for i, m in enumerate(METRICS)}
     bad = ok.replace("<conciseness>5</conciseness>", "<conciseness>6</conciseness>").replace("<specificity>1</specificity>", "")
-    bad += "<comprehensibility>4</comprehensibility>"
+    assert parse_scores(ok + "<comprehensibility>4</comprehensibility>").complete  # the same value twice counts once
+    bad += "<comprehensibility>2</comprehensibility>"
     s = parse_scores(bad)
     assert set(s.errors) == {"conciseness", "specificity", "comprehensibility"} and s.errors["specificity"] == "missing"
-    assert s.errors["comprehensibility"] == "repeated" and s.errors["conciseness"].startswith("not an integer")
-    assert parse_scores("<logical_coherence>4.5</logical_coherence>", ["logical_coherence"]).errors
+    assert s.errors["comprehensibility"] == "repeated" and s.errors["conciseness"] == "outside 1-5: '6'"
+    assert parse_scores("<logical_coherence>4.5</logical_coherence>", ["logical_coherence"]).errors == {"logical_coherence": "not an integer: '4.5'"}
+    # as real judges write them: fractions of 5, decimals, bold, a labelled line, a <think> block with other numbers
+    real = ("<think>Groundedness maybe <textual_groundedness>1</textual_groundedness>?</think>\n"
+            "<textual_groundedness>4/5</textual_groundedness><hallucination_free>**5**</hallucination_free>\n"
+            "<concept_counting>3.0</concept_counting>\nComprehensibility: 4\n**Conciseness:** 2 - a bit long")  # fmt: skip
+    got = parse_scores(real, METRICS[:5])
+    assert got.complete and got.scores == {"textual_groundedness": 4, "hallucination_free": 5, "concept_counting": 3, "comprehensibility": 4, "conciseness": 2}
+    assert parse_scores("<specificity>8/10</specificity>", ["specificity"]).errors == {"specificity": "on another scale: '8/10'"}
     assert reproducibility([{"a", "b"}, {"a", "b"}, {"a"}]) == pytest.approx((1 + 0.5 + 0.5) / 3)
     assert reproducibility([{"a"}]) is None
 

@@ -126,7 +126,7 @@ def test_end_to_end_tables_are_exactly_the_planned_ones(tmp_path, httpserver, ta
     judge = {r["condition"]: r for r in t["judge"]}
     assert all(judge[c][m] == JUDGE_SCORE[c] for c in judge for m in METRICS)  # the broken scores are not counted
     e2 = [r for r in recs if r["condition"] == "E2"]
-    assert sum(not r["judge"]["complete"] for r in e2) == 8 and all(r["judge"]["errors"] == {"conciseness": "not an integer 1-5: '7'"}
+    assert sum(not r["judge"]["complete"] for r in e2) == 8 and all(r["judge"]["errors"] == {"conciseness": "outside 1-5: '7'"}
                                                                     for r in e2 if not r["judge"]["complete"])  # fmt: skip
     st = out["stats"]["vlm/robot"]
     assert st["episodes_paired"] == 26

@@ -24,6 +24,12 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "extract": ("question", "options", "answer", "explanation", "k"),
     "chain": ("question", "answer", "explanation", "concepts", "n"),
     "judge": ("question", "options", "answer", "explanation", "edit", "new_answer", "new_explanation"),
+    "reask": ("problem",),
+}
+#: Templates a config may leave out, and what stands in for them.
+PROMPT_DEFAULTS: dict[str, str] = {
+    "reask": "Your reply could not be read ({problem}). Reply again to the request above, in exactly the format it "
+             "asks for: the tags only, each once, with nothing outside them.",
 }
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
@@ -86,6 +92,9 @@ class EDCTConfig:
     #: a :class:`cbm.vlm.verify.Segmenter` class or a ``@segmenter_factory`` function; null: such edits go unverified.
     segmenter: dict[str, Any] | None = None
     verify_retries: int = 1
+    #: Re-asks (0 or 1) of a reply that could not be read, in the same conversation with the
+    #: ``reask`` prompt naming the problem, before the stage is given up (counted per stage).
+    reask: int = 1
     gate_exact_edits: bool = False  # exact (synthetic) edits: record the verifier's verdict, or stop the chain on a fail
     workers: int = 4
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
@@ -113,6 +122,8 @@ class EDCTConfig:
             raise ValueError(f"k: must lie in [1, 10], got {self.k}")
         if not 0 <= self.verify_retries <= MAX_RETRIES or not 1 <= self.workers <= MAX_WORKERS:
             raise ValueError(f"verify_retries must lie in [0, {MAX_RETRIES}] and workers in [1, {MAX_WORKERS}]")
+        if isinstance(self.reask, bool) or self.reask not in (0, 1):
+            raise ValueError(f"reask: must be 0 or 1 (re-asks of an unreadable reply), got {self.reask!r}")
         if not self.question.strip():
             raise ValueError("question: empty")
         if self.options is not None:
@@ -168,11 +179,11 @@ def check_segmenter(spec: dict[str, Any]) -> None:
 
 def check_prompts(prompts: dict[str, str]) -> None:
     """Every stage has a template, and each template uses only its stage's placeholders, written plainly."""
-    missing = sorted(set(PROMPT_FIELDS) - set(prompts))
+    missing = sorted(set(PROMPT_FIELDS) - set(prompts) - set(PROMPT_DEFAULTS))
     if missing:
         raise ValueError(f"prompts: missing template(s) {missing}")
     extra = sorted(set(prompts) - set(PROMPT_FIELDS))
     if extra:
         raise ValueError(f"prompts: unknown template(s) {extra} (known: {', '.join(PROMPT_FIELDS)})")
     for name, allowed in PROMPT_FIELDS.items():
-        check_template(name, prompts[name], allowed)
+        check_template(name, prompts.get(name, PROMPT_DEFAULTS.get(name)), allowed)

@@ -76,9 +76,11 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> Estimate:
 
 
 def step_ok(step: dict[str, Any]) -> bool:
-    """A step that was edited, verified, re-queried and judged (AC and EF parsed)."""
+    """A step that was edited, verified, re-queried with a readable answer and judged (AC and EF
+    parsed); any other step is excluded from every score, never counted as consistent."""
     j = step.get("judge") or {}
-    return step.get("status") == "judged" and j.get("ac") is not None and j.get("ef") is not None
+    answered = (step.get("requery") or {}).get("answer") is not None
+    return step.get("status") == "judged" and answered and j.get("ac") is not None and j.get("ef") is not None
 
 
 def _mean(xs: list[float]) -> float:

@@ -37,7 +37,7 @@ from cbm.config.safe_paths import inside, slug, slugs
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
-from cbm.vlm.edct.config import EDCTConfig
+from cbm.vlm.edct.config import PROMPT_DEFAULTS, EDCTConfig
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
 from cbm.vlm.edct.records import (
     check_run,
@@ -51,6 +51,7 @@ from cbm.vlm.edct.records import (
 )
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt
 from cbm.vlm.images import load_image
+from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from synthetic.atomic import atomic_write
 
@@ -61,6 +62,9 @@ log = logging.getLogger("cbm.vlm")
 #: Item statuses a rerun keeps (``done`` = chain finished); ``error`` (the endpoint failed after its
 #: retries) is picked up again where it stopped.
 TERMINAL = ("done", "baseline_unparsed", "no_concepts", "no_chain")
+#: Step statuses that are final: ``judged``; ``stopped`` (the chain ends: an edit failed or was not
+#: local); ``unscored`` (the re-query could not be read: excluded from every score, the chain goes on).
+FINISHED_STEPS = ("judged", "stopped", "unscored")
 
 
 class Clients:
@@ -113,8 +117,19 @@ class Pipeline:
     def _prompt(self, name: str, **fields: Any) -> str:
         return self.cfg.prompts[name].format(**fields)
 
+    def reask(self, client: ChatClient, msgs: list, reply: str, errors: list[str]) -> str | None:
+        """The reply to one re-ask, in the same conversation, naming what could not be read
+        (``None`` when ``reask`` is 0)."""
+        if not self.cfg.reask:
+            return None
+        problem = "; ".join(errors)[:300] or "no usable value"
+        template = self.cfg.prompts.get("reask", PROMPT_DEFAULTS["reask"])
+        follow = [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
+        return client.chat(follow).text
+
     def ask_vlm(self, image: Image.Image, options: list[str]) -> dict[str, Any]:
-        """The VLM's answer and explanation for ``image`` (generated, or option-scored then explained)."""
+        """The VLM's answer and explanation for ``image`` (generated, or option-scored then explained);
+        an unreadable answer is re-asked once (``reask``)."""
         vlm = self.clients.vlm
         msgs = vlm.messages(self._prompt("answer", question=self.cfg.question, options=", ".join(options)), [image])
         if self.cfg.answer_by == "score":
@@ -127,16 +142,21 @@ class Pipeline:
             return {"answer": parsed.answer, "explanation": parsed.explanation, "scores": scores, "reply": reply,
                     "errors": [str(e) for e in parsed.errors]}  # fmt: skip
         reply = vlm.chat(msgs).text
-        parsed = parse_answer(reply, options)
-        return {"answer": parsed.answer, "explanation": parsed.explanation, "reply": reply, "errors": [str(e) for e in parsed.errors]}
+        out = _answer({"reply": reply}, options)
+        if out["answer"] is None and (again := self.reask(vlm, msgs, reply, out["errors"])) is not None:
+            out = _answer({"reply": reply, "reask": again}, options)
+        return out
 
     def judge(self, client: ChatClient, base: dict, step: dict, options: list[str]) -> dict[str, Any]:
         prompt = self._prompt("judge", question=self.cfg.question, options=", ".join(options), answer=base["answer"],
                               explanation=base["explanation"] or "", edit=step["edit_text"],
                               new_answer=step["requery"]["answer"] or "(no answer)", new_explanation=step["requery"]["explanation"] or "")  # fmt: skip
-        reply = client.chat(client.messages(prompt)).text
-        v = parse_verdict(reply)
-        return {"ac": v.ac, "ef": v.ef, "score": v.score, "reply": reply, "errors": [str(e) for e in v.errors]}
+        msgs = client.messages(prompt)
+        reply = client.chat(msgs).text
+        out = _verdict({"reply": reply})
+        if out["errors"] and (again := self.reask(client, msgs, reply, out["errors"])) is not None:
+            out = _verdict({"reply": reply, "reask": again})
+        return out
 
     # ----------------------------------------------------------------- one item
     def run_item(self, item_id: str, item: EditItem, options: list[str]) -> dict[str, Any]:
@@ -170,11 +190,14 @@ class Pipeline:
                 save()
                 return rec
             if "concepts" not in rec:
-                reply = self.clients.llm.chat(self.clients.llm.messages(self._prompt(
-                    "extract", question=self.cfg.question, options=", ".join(options), answer=base["answer"],
-                    explanation=base["explanation"] or "", k=self.cfg.k))).text  # fmt: skip
-                concepts, errors = parse_concepts(reply, self.cfg.k)
-                rec["concepts"] = {"concepts": concepts, "reply": reply, "errors": [str(e) for e in errors]}
+                llm = self.clients.llm
+                msgs = llm.messages(self._prompt("extract", question=self.cfg.question, options=", ".join(options),
+                                                 answer=base["answer"], explanation=base["explanation"] or "", k=self.cfg.k))  # fmt: skip
+                reply = llm.chat(msgs).text
+                rec["concepts"] = _concepts({"reply": reply}, self.cfg.k)
+                if not rec["concepts"]["concepts"] and rec["concepts"]["errors"]:
+                    if (again := self.reask(llm, msgs, reply, rec["concepts"]["errors"])) is not None:
+                        rec["concepts"] = _concepts({"reply": reply, "reask": again}, self.cfg.k)
                 save()
             concepts = rec["concepts"]["concepts"]
             if not concepts:
@@ -183,11 +206,13 @@ class Pipeline:
                 return rec
             if "chain" not in rec:
                 listing = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(concepts))
-                reply = self.clients.llm.chat(self.clients.llm.messages(self._prompt(
-                    "chain", question=self.cfg.question, answer=base["answer"], explanation=base["explanation"] or "",
-                    concepts=listing, n=len(concepts)))).text  # fmt: skip
-                chain, errors = parse_edit_chain(reply, concepts)
-                rec["chain"] = {"edits": [asdict(e) for e in chain], "reply": reply, "errors": [str(e) for e in errors]}
+                llm = self.clients.llm
+                msgs = llm.messages(self._prompt("chain", question=self.cfg.question, answer=base["answer"],
+                                                 explanation=base["explanation"] or "", concepts=listing, n=len(concepts)))  # fmt: skip
+                reply = llm.chat(msgs).text
+                rec["chain"] = _chain({"reply": reply}, concepts)
+                if not rec["chain"]["edits"] and (again := self.reask(llm, msgs, reply, rec["chain"]["errors"])) is not None:
+                    rec["chain"] = _chain({"reply": reply, "reask": again}, concepts)
                 save()
             chain = [EditInstruction(**e) for e in rec["chain"]["edits"]]
             if not chain:
@@ -209,7 +234,7 @@ class Pipeline:
         current = item
         base = rec["baseline"]
         for i, instr in enumerate(chain):
-            if i < len(steps) and steps[i].get("status") in ("judged", "stopped"):
+            if i < len(steps) and steps[i].get("status") in FINISHED_STEPS:
                 if steps[i]["status"] == "stopped":
                     return
                 restored = self._restore(item, steps[i], d / f"step{i + 1}.png")
@@ -269,6 +294,11 @@ class Pipeline:
             step["requery"] = self.ask_vlm(result.image, options)
             new = step["requery"]["answer"]
             step["answer_changed"] = None if new is None else new != base["answer"]
+            if new is None:  # no answer to judge: excluded from every score (counted), the chain goes on
+                step.update(status="unscored", reason="re-query unreadable: " + "; ".join(step["requery"]["errors"])[:200])
+                save()
+                current = nxt
+                continue
             step["judge"] = self.judge(self.clients.judge, base, step, options)
             if self.clients.judge2 is not None:
                 step["judge2"] = self.judge(self.clients.judge2, base, step, options)
@@ -336,16 +366,14 @@ class Pipeline:
             return {**rec, "status": "baseline_unparsed"}
         if "concepts" not in saved:
             return rec
-        reply = saved["concepts"]["reply"]
-        concepts, errors = parse_concepts(reply, self.cfg.k)
-        rec["concepts"] = {"concepts": concepts, "reply": reply, "errors": [str(e) for e in errors]}
+        rec["concepts"] = _concepts(saved["concepts"], self.cfg.k)
+        concepts = rec["concepts"]["concepts"]
         if not concepts:
             return {**rec, "status": "no_concepts"}
         if "chain" not in saved:
             return rec
-        reply = saved["chain"]["reply"]
-        chain, errors = parse_edit_chain(reply, concepts)
-        rec["chain"] = {"edits": [asdict(e) for e in chain], "reply": reply, "errors": [str(e) for e in errors]}
+        rec["chain"] = _chain(saved["chain"], concepts)
+        chain = [EditInstruction(**e) for e in rec["chain"]["edits"]]
         if not chain:
             return {**rec, "status": "no_chain"}
         if "steps" not in saved:
@@ -366,7 +394,7 @@ class Pipeline:
     def _rebuild_step(self, old: dict[str, Any], instr: EditInstruction, base: dict[str, Any], item: EditItem, truth: str | None,
                       options: list[str]) -> dict[str, Any] | None:  # fmt: skip
         """A finished step derived again from its replies (``None``: it is made again)."""
-        if old.get("status") not in ("judged", "stopped") or old["instruction"] != asdict(instr):
+        if old.get("status") not in FINISHED_STEPS or old["instruction"] != asdict(instr):
             return None
         step = {**old, "concept": instr.concept, "edit_text": edit_prompt(instr)}
         if old["status"] == "stopped":
@@ -375,10 +403,12 @@ class Pipeline:
             return None
         step["requery"] = _answer(old["requery"], options)
         new = step["requery"]["answer"]
+        if (old["status"] == "unscored") != (new is None):
+            return None  # read otherwise now: the step is made again
         step["answer_changed"] = None if new is None else new != base["answer"]
         for key in ("judge", "judge2"):
             if key in old:
-                step[key] = _verdict(old[key]["reply"])
+                step[key] = _verdict(old[key])
         for key in ("truth", "known_change"):  # derived again below, or left out
             step.pop(key, None)
         if "truth" in old and truth is not None and (old.get("meta_row") is not None or old.get("meta_board") is not None):
@@ -447,18 +477,47 @@ def status_counts(records: list[dict[str, Any]]) -> dict[str, int]:
     return {**{f"item_{k}": v for k, v in Counter(r["status"] for r in records).items()}, **{f"step_{k}": v for k, v in steps.items()}}
 
 
-def parse_error_counts(records: list[dict[str, Any]]) -> dict[str, int]:
-    """Parse errors per stage and kind (``baseline/missing``: 3 ...)."""
-    c: Counter = Counter()
+def _stages(records: list[dict[str, Any]]):
+    """``(stage, its record)`` of every parsed reply of the run."""
     for r in records:
         for stage in ("baseline", "concepts", "chain"):
-            for e in (r.get(stage) or {}).get("errors", []):
-                c[f"{stage}/{e.split(':')[0]}"] += 1
+            if r.get(stage):
+                yield stage, r[stage]
         for s in r.get("steps", []):
             for stage in ("requery", "judge", "judge2"):
-                for e in (s.get(stage) or {}).get("errors", []):
-                    c[f"{stage}/{e.split(':')[0]}"] += 1
+                if s.get(stage):
+                    yield stage, s[stage]
+
+
+def parse_error_counts(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Parse errors per stage and kind of the replies the run kept (``baseline/missing``: 3 ...)."""
+    c: Counter = Counter()
+    for stage, rec in _stages(records):
+        for e in rec.get("errors", []):
+            c[f"{stage}/{e.split(':')[0]}"] += 1
     return dict(sorted(c.items()))
+
+
+def reask_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per stage: replies re-asked, and how many of those the re-ask made readable."""
+    out: dict[str, Counter] = {}
+    for stage, rec in _stages(records):
+        if "reask" in rec:
+            c = out.setdefault(stage, Counter())
+            c["reasked"] += 1
+            c["recovered"] += "first_errors" in rec and not _lost(stage, rec)
+    return {k: {"reasked": v["reasked"], "recovered": v["recovered"]} for k, v in sorted(out.items())}
+
+
+def _lost(stage: str, rec: dict[str, Any]) -> bool:
+    """Whether a stage's reply gave nothing usable (the same tests as the re-ask's)."""
+    if stage in ("baseline", "requery"):
+        return rec.get("answer") is None
+    if stage == "concepts":
+        return not rec.get("concepts") and bool(rec.get("errors"))
+    if stage == "chain":
+        return not rec.get("edits")
+    return bool(rec.get("errors"))
 
 
 def _plain(obj: Any) -> Any:
@@ -473,19 +532,53 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
+def _with_reask(saved: dict[str, Any], parse: Any, usable: Any) -> dict[str, Any]:
+    """A stage's record from its replies: the first reply parsed; when it is not usable and a
+    re-ask was made, the re-ask's parse, with the first one's errors kept as ``first_errors``."""
+    out = {**parse(saved["reply"]), "reply": saved["reply"]}
+    if isinstance(saved.get("reask"), str):
+        out["reask"] = saved["reask"]
+        if not usable(out):
+            first = out["errors"]
+            out = {**parse(saved["reask"]), "reply": saved["reply"], "reask": saved["reask"], "first_errors": first}
+    return out
+
+
 def _answer(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
-    """A stored answer derived again from its reply (option scores, from a local model, kept)."""
-    parsed = parse_answer(saved["reply"], options)
-    out = {"answer": parsed.answer, "explanation": parsed.explanation, "reply": saved["reply"], "errors": [str(e) for e in parsed.errors]}
+    """A stored answer derived again from its reply (or its re-ask; option scores, from a local model, kept)."""
+    def parse(reply: str) -> dict[str, Any]:
+        p = parse_answer(reply, options)
+        return {"answer": p.answer, "explanation": p.explanation, "errors": [str(e) for e in p.errors]}
+
+    out = _with_reask(saved, parse, lambda o: o["answer"] is not None)
     if "scores" in saved and len(saved["scores"]) == len(options):
         out["scores"] = saved["scores"]
     return out
 
 
-def _verdict(reply: str) -> dict[str, Any]:
-    """The judge's verdict parsed from its reply (``score`` 1-5 or ``None``, never another value)."""
-    v = parse_verdict(reply)
-    return {"ac": v.ac, "ef": v.ef, "score": v.score, "reply": reply, "errors": [str(e) for e in v.errors]}
+def _verdict(saved: dict[str, Any]) -> dict[str, Any]:
+    """The judge's verdict parsed from its reply or re-ask (``score`` 1-5 or ``None``, never another value)."""
+    def parse(reply: str) -> dict[str, Any]:
+        v = parse_verdict(reply)
+        return {"ac": v.ac, "ef": v.ef, "score": v.score, "errors": [str(e) for e in v.errors]}
+
+    return _with_reask(saved, parse, lambda o: not o["errors"])
+
+
+def _concepts(saved: dict[str, Any], k: int) -> dict[str, Any]:
+    def parse(reply: str) -> dict[str, Any]:
+        concepts, errors = parse_concepts(reply, k)
+        return {"concepts": concepts, "errors": [str(e) for e in errors]}
+
+    return _with_reask(saved, parse, lambda o: bool(o["concepts"]) or not o["errors"])
+
+
+def _chain(saved: dict[str, Any], concepts: list[str]) -> dict[str, Any]:
+    def parse(reply: str) -> dict[str, Any]:
+        chain, errors = parse_edit_chain(reply, concepts)
+        return {"edits": [asdict(e) for e in chain], "errors": [str(e) for e in errors]}
+
+    return _with_reask(saved, parse, lambda o: bool(o["edits"]))
 
 
 def _step_meta(meta: Any, step: dict[str, Any]) -> Any:

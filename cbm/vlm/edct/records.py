@@ -172,7 +172,7 @@ def settings_parts(cfg: Any, clients: Any) -> dict[str, str]:
     return {
         **ident,
         "prompts": digest(dict(cfg.prompts)),
-        "task": digest({"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k}),
+        "task": digest({"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k, "reask": cfg.reask}),
         "editor": digest({"editor": dict(cfg.editor), "segmenter": cfg.segmenter, "verify": dict(cfg.verify),
                           "verify_retries": cfg.verify_retries, "gate_exact_edits": cfg.gate_exact_edits}),
         "data": digest({"data": dict(cfg.data), "split": cfg.items.split}),

@@ -13,7 +13,7 @@ import numpy as np
 
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.metrics import Estimate, summarise
-from cbm.vlm.edct.pipeline import Clients, Pipeline, parse_error_counts, status_counts
+from cbm.vlm.edct.pipeline import Clients, Pipeline, parse_error_counts, reask_counts, status_counts
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
@@ -103,7 +103,7 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
         "vlm": clients.vlm.model, "llm": clients.llm.model, "judge": clients.judge.model,
         "judge2": None if clients.judge2 is None else clients.judge2.model,
         "scores": {k: (v.to_json() if isinstance(v, Estimate) else v) for k, v in summary.items()},
-        "status": status_counts(records), "parse_errors": parse_error_counts(records),
+        "status": status_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
         "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
     }  # fmt: skip
     write_json_atomic(out / "results.json", result)
@@ -125,7 +125,8 @@ def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str
         "steps; rates: Wilson intervals.",
         "",
         "status: " + ", ".join(f"{k} {v}" for k, v in sorted(result["status"].items())),
-        "parse errors: " + (", ".join(f"{k} {v}" for k, v in result["parse_errors"].items()) or "none"),
+        "parse errors (replies kept): " + (", ".join(f"{k} {v}" for k, v in result["parse_errors"].items()) or "none"),
+        "re-asked (recovered): " + (", ".join(f"{k} {v['reasked']} ({v['recovered']})" for k, v in result.get("reasks", {}).items()) or "none"),
     ]  # fmt: skip
     if result.get("verifier_pass_rate") is not None:
         lines.append(f"verifier pass rate (edits with a mask): {result['verifier_pass_rate']:.3f}")

@@ -12,11 +12,10 @@ Reproducibility (feature overlap across repeated runs, :func:`reproducibility`).
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.tags import tag_blocks
+from cbm.vlm.tags import clean_reply, labelled_value, read_score, tag_blocks
 
 #: The nine metrics, in table order.
 METRICS: tuple[str, ...] = (
@@ -47,22 +46,30 @@ class JudgeScores:
 
 
 def parse_scores(reply: str | None, metrics: Sequence[str] = METRICS) -> JudgeScores:
-    """Each metric's integer 1..5 from its own tag; a missing, repeated, unclosed or non-integer /
+    """Each metric's integer 1..5 from its own tag (or, without it, a ``Textual groundedness: 4``
+    line), read as :func:`~cbm.vlm.tags.read_score` reads it (``4``, ``4.0``, ``4/5``, ``**4**``),
+    reasoning blocks ignored; a missing, repeated with different values, unclosed, fractional or
     out-of-range value is an error for that metric (never a guess)."""
     out = JudgeScores()
-    text = reply or ""
+    text = clean_reply(reply)
     for m in metrics:
         bodies, unclosed, orphans = tag_blocks(text, m)
+        if not bodies and not unclosed and not orphans:
+            line = labelled_value(text, m.replace("_", " "))
+            bodies = [line] if line is not None else []
+        values = list(dict.fromkeys(b.strip() for b in bodies))
         if unclosed or orphans:
             out.errors[m] = "unclosed" if unclosed else "orphan"
-        elif not bodies:
+        elif not values:
             out.errors[m] = "missing"
-        elif len(bodies) > 1:
+        elif len(values) > 1:
             out.errors[m] = "repeated"
-        elif not re.fullmatch(r"[1-5]", bodies[0].strip()):
-            out.errors[m] = f"not an integer 1-5: {bodies[0][:20]!r}"
         else:
-            out.scores[m] = int(bodies[0])
+            score, why = read_score(values[0])
+            if score is None:
+                out.errors[m] = why
+            else:
+                out.scores[m] = score
     return out
 
 

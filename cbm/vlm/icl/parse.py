@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.tags import tag_blocks
+from cbm.vlm.tags import clean_reply, match_option, tag_blocks
 
 ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags")
 #: The tags each condition asks for.
@@ -76,7 +76,7 @@ def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Pa
     """Parse one reply of ``condition`` against the episode's label ``options``."""
     if condition not in CONDITION_TAGS:
         raise ValueError(f"unknown condition '{condition}' (expected one of {sorted(CONDITION_TAGS)})")
-    text = reply or ""
+    text = clean_reply(reply)  # reasoning blocks, code fences and escaped tags do not count
     want = CONDITION_TAGS[condition]
     out = Parsed(condition)
     for tag in KNOWN_TAGS:
@@ -96,6 +96,9 @@ def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Pa
     if "response" in out.fields:
         opts = {normalise_label(o): o for o in options}
         got = normalise_label(out.fields["response"])
+        if got not in opts:  # a sentence naming exactly one label ("The query image shows class 2.")
+            named, _ = match_option(out.fields["response"], [normalise_label(o) for o in options])
+            got = named if named is not None else got
         if got in opts:
             out.response = opts[got]
         else:

@@ -1,0 +1,167 @@
+"""EDCT against a loopback endpoint that answers the way real models do: prose around the tags,
+markdown without tags, code fences, quotes, sentences inside a tag, ``<think>`` blocks holding
+another answer, unclosed and misnamed tags, scores written "4/5" / "4.0" / "Score: 4", refusals
+that a re-ask with a format reminder recovers, and a 503 before a reply. Each reply's form is drawn
+from a seeded hash of the request, so the run is the same on every machine.
+
+Acceptance: at least 95% of the items scored, every loss counted by stage and reason, and the
+scores equal the planned ones (the VLM answers by the label rule, the judge calls AC "yes" exactly
+when the answer changed), computed over the items that were scored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import pytest
+from chat_stub import completion
+from test_edct import CHAIN, chain_truth, prompts
+from werkzeug import Response
+
+from cbm.vlm.edct.config import EDCTConfig
+from cbm.vlm.edct.run import run
+from cbm.vlm.messages import decode_image_part
+
+N_ITEMS = 40
+DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": N_ITEMS, "image_size": 32}
+
+
+def answer_forms(label: str, pixels: bytes = b"") -> list[str]:
+    """The baseline / re-query reply as different models write it (all but the refusal readable);
+    the explanation names the image, so every item's later prompts differ."""
+    EXPLANATION = f"Its feet and its mouth decide it (image {hashlib.sha256(pixels).hexdigest()[:8]})."  # noqa: N806
+    return [
+        f"<answer>{label}</answer><explanation>{EXPLANATION}</explanation>",
+        f"Sure! Here is my analysis.\n\n<answer>{label}</answer>\n<explanation>{EXPLANATION}</explanation>\n\nLet me know if you need more.",
+        f"**Answer:** {label}\n\n**Explanation:** {EXPLANATION}",
+        f"```xml\n<answer>{label}</answer>\n<explanation>{EXPLANATION}</explanation>\n```",
+        f'<answer>"{label}"</answer><explanation>{EXPLANATION}</explanation>',
+        f"<answer>The robot is a {label}.</answer><explanation>{EXPLANATION}</explanation>",
+        f"<think>At first sight it could be the other class. <answer>{'Drent' if label == 'Glorp' else 'Glorp'}</answer></think>\n"
+        f"<answer>{label}</answer><explanation>{EXPLANATION}</explanation>",
+        f"<answer>{label}\n<explanation>{EXPLANATION}",
+        f"<final_answer>{label}</final_answer><explanation>{EXPLANATION}</explanation>",
+        f"<answer>{label.lower()}.</answer> <explanation>{EXPLANATION}</explanation>",
+        f"<ANSWER>**{label}**</ANSWER>\n<Explanation>{EXPLANATION}</Explanation>",
+        "I can't determine that from such a small image.",  # a refusal: the re-ask recovers it
+        f"It is a {label}, not a {'Drent' if label == 'Glorp' else 'Glorp'}: {EXPLANATION}",
+    ]
+
+
+def verdict_forms(ac: str, score: int) -> list[str]:
+    return [
+        f"<ac>{ac}</ac><ef>yes</ef><score>{score}</score>",
+        f"**AC:** {ac}\n**EF:** yes\n**Score:** {score}/5",
+        f"<ac>{ac.capitalize()}</ac>\n<ef>Yes</ef>\n<score>{score}.0</score>",
+        f"<think>Let me weigh this. <ac>{'no' if ac == 'yes' else 'yes'}</ac></think><ac>{ac}</ac><ef>yes</ef><score>{score}</score>",
+        f"Answer consistency: {ac}\nExplanation faithfulness: yes\nScore: {score}",
+        f"<ac>{'true' if ac == 'yes' else 'false'}</ac><ef>true</ef><score>{score} out of 5</score>",
+        f"```\n<ac>{ac}</ac>\n<ef>yes</ef>\n<score>**{score}**</score>\n```",
+        "<ac>It depends on what the explanation meant.</ac>",  # unreadable: the re-ask recovers it
+    ]
+
+
+CONCEPT_FORMS = [
+    "<concept>feet</concept>\n<concept>the mouth</concept>",
+    "The explanation cites:\n1. **feet**\n2. the mouth",
+    "<think>Which concepts? Maybe <concept>eyes</concept>.</think>\n<concept>feet</concept><concept>the mouth</concept>",
+    "```\n<concept>feet</concept>\n<concept>the mouth</concept>\n```",
+]
+
+
+def chain_forms() -> list[str]:
+    edits = "".join(f'<edit index="{i}"><concept>{c}</concept><keep>everything else</keep><change>the {c}</change>'
+                    f"<how>redraw it</how><constraints>nothing else</constraints></edit>" for i, c in enumerate(CHAIN, 1))  # fmt: skip
+    return [edits, f"Here is the chain:\n```xml\n{edits}\n```", f"<think>Plan the order first.</think>\n{edits}"]
+
+
+def realistic(table: dict[bytes, str], never: bytes, failed_once: set[bytes], used: set[tuple[str, int]]):
+    """The handler: every role answered correctly in a drawn form; a re-ask (an assistant turn
+    before the last user turn) answered in the plain form; ``never`` (one item's image) refused
+    every time; the first request of every 7th kind answered 503 (then retried). ``used`` collects
+    the (role, form) pairs sent."""
+
+    def pick(role: str, forms: list[str], key: bytes, reask: bool) -> str:
+        i = 0 if reask else int.from_bytes(hashlib.sha256(b"seed-0" + key).digest()[:4], "big") % len(forms)
+        used.add((role, i))
+        return forms[i]
+
+    def handler(req):
+        msgs = json.loads(req.data)["messages"]
+        key = hashlib.sha256(req.data).digest()
+        if key[0] % 7 == 0 and key not in failed_once:
+            failed_once.add(key)
+            return Response("upstream busy", status=503)
+        reask = len(msgs) >= 3 and msgs[-2]["role"] == "assistant"
+        user = msgs[-3 if reask else -1]["content"]
+        text = next(p["text"] for p in user if p["type"] == "text")
+        image = next((p for p in user if p["type"] == "image_url"), None)
+        if image is not None:
+            pixels = np.asarray(decode_image_part(image).convert("RGB")).tobytes()
+            if pixels == never:
+                return completion("I'm sorry, but I can't help with identifying this robot.")
+            return completion(pick("answer", answer_forms(table[pixels], pixels), pixels, reask))
+        if "List up to" in text:
+            return completion(pick("concepts", CONCEPT_FORMS, text.encode(), reask))
+        if "chronological chain" in text:
+            return completion(pick("chain", chain_forms(), text.encode(), reask))
+        if "Answer Consistency (AC)" in text:
+            before = re.search(r"Original answer: (\w+)", text).group(1)
+            after = re.search(r"Answer after the edit: (\w+)", text).group(1)
+            ac = "yes" if before != after else "no"
+            return completion(pick("verdict", verdict_forms(ac, 5 if ac == "yes" else 2), text.encode(), reask))
+        return Response("unexpected prompt", status=400)
+
+    return handler
+
+
+@pytest.mark.timeout(600)
+def test_edct_scores_realistic_replies(tmp_path, httpserver):
+    from cbm.vlm.editors import RobotEditor, robot_items
+    from synthetic.registry import data_config
+    from synthetic.robot import CLASS_NAMES, glorp_probability
+    from synthetic.robot.attributes import attribute_table
+
+    cfg = data_config(DATA)
+
+    def label(row: np.ndarray) -> str:
+        return CLASS_NAMES[int(glorp_probability(attribute_table(np.asarray(row)[None]), cfg)[0] > 0.5)]
+
+    items = robot_items(cfg, "test", np.arange(N_ITEMS), cache_dir=str(tmp_path / "cache"))
+    table, flips = chain_truth(items, RobotEditor(cfg), CHAIN, label, "row")
+    never = items[3].array.tobytes()
+    used: set[tuple[str, int]] = set()
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(realistic(table, never, set(), used))
+    client = {"backend": "openai", "model": "realistic", "base_url": httpserver.url_for("/v1"), "cache_dir": str(tmp_path / "replies"),
+              "max_retries": 2, "backoff_s": 0.0}  # fmt: skip
+    out = run(EDCTConfig(output_dir=str(tmp_path / "run"), vlm=client, llm=client, judge=client, prompts=prompts(), data=DATA,
+                         cache_dir=str(tmp_path / "cache"), items={"n": N_ITEMS}, workers=4, progress=False))  # fmt: skip
+    s, recs, res = out["summary"], out["records"], out["result"]
+    statuses = [r["status"] for r in recs]
+    assert statuses == ["done"] * 3 + ["baseline_unparsed"] + ["done"] * (N_ITEMS - 4)
+    assert s["items_scored"] == N_ITEMS - 1 >= 0.95 * N_ITEMS
+    # the loss is counted by stage and reason, and the refusal was re-asked once without success
+    assert recs[3]["baseline"]["errors"] == ["refused: the reply declines to answer"] and "reask" in recs[3]["baseline"]
+    assert res["parse_errors"] == {"baseline/refused": 1}
+    reasks = res["reasks"]
+    assert reasks["baseline"]["reasked"] >= 2 and reasks["baseline"]["recovered"] == reasks["baseline"]["reasked"] - 1
+    assert all(v["recovered"] == v["reasked"] for k, v in reasks.items() if k != "baseline")
+    assert sum(v["reasked"] for v in reasks.values()) >= 5  # refusals and unreadable verdicts did occur
+    # every answer read is the right one (the <think> block's other answer never counts), every step judged
+    kept = [r for i, r in enumerate(recs) if i != 3]
+    assert all(r["baseline"]["answer"] == table[items[i].array.tobytes()] for i, r in enumerate(recs) if i != 3)
+    assert all(st["status"] == "judged" and st["answer_changed"] == st["known_change"] for r in kept for st in r["steps"])
+    assert all(r["concepts"]["concepts"] == ["feet", "the mouth"] for r in kept)
+    planned = [float(np.mean(f)) for i, f in enumerate(flips) if i != 3]
+    assert s["ccs"].value == pytest.approx(np.mean(planned)) and s["ccs"].n == N_ITEMS - 1
+    graded = [np.mean([1.0 if x else 0.25 for x in f]) for i, f in enumerate(flips) if i != 3]
+    assert s["ccs_graded"].value == pytest.approx(np.mean(graded))
+    assert s["answer_follows_truth"].value == 1.0 and s["steps_judged"] == 2 * (N_ITEMS - 1)
+    md = (tmp_path / "run" / "results.md").read_text()
+    assert "parse errors (replies kept): baseline/refused 1" in md and "re-asked (recovered): baseline" in md
+    # every form of every role was sent (the corpus is exercised, not one lucky form), and 503s were retried
+    sizes = {"answer": len(answer_forms("Glorp")), "verdict": len(verdict_forms("yes", 5)), "concepts": len(CONCEPT_FORMS), "chain": len(chain_forms())}
+    assert used == {(role, i) for role, n in sizes.items() for i in range(n)}
+    assert sum(resp.status_code == 503 for _, resp in httpserver.log) >= 10
