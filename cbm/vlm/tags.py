@@ -28,6 +28,10 @@ from dataclasses import dataclass
 
 ERROR_KINDS = ("missing", "unclosed", "empty", "not_in_options", "conflicting", "ambiguous", "refused")
 
+#: The follow-up turn that re-asks a reply that could not be read (``problem`` names why).
+REASK_PROMPT = ("Your reply could not be read ({problem}). Reply again to the request above, in exactly the format it "
+                "asks for: the tags only, each once, with nothing outside them.")  # fmt: skip
+
 _REASONING_TAGS = r"(?:think|thinking|reasoning|reflection|scratchpad)"
 _REASONING_BLOCK = re.compile(rf"<\s*({_REASONING_TAGS})\b[^>]*>.*?<\s*/\s*\1\s*>", re.IGNORECASE | re.DOTALL)
 _REASONING_OPEN = re.compile(rf"<\s*{_REASONING_TAGS}\b[^>]*>", re.IGNORECASE)

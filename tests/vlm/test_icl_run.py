@@ -117,7 +117,7 @@ def test_end_to_end_tables_are_exactly_the_planned_ones(tmp_path, httpserver, ta
     assert {c: (r["answered"], r["accuracy"]) for c, r in acc.items()} == {
         "E1": (26, 20 / 26), "E2": (26, 1.0), "E3": (26, 23 / 26), "E4": (26, 1.0), "E5": (26, 1.0)}
     assert acc["E1"]["se"] == pytest.approx(np.sqrt(20 / 26 * 6 / 26 / 26))
-    errs = {r["condition"]: {k: v for k, v in r.items() if k not in ("model", "condition", "replies") and v} for r in t["parse_errors"]}
+    errs = {r["condition"]: {k: v for k, v in r.items() if k not in ("model", "condition", "replies", "reasked", "recovered") and v} for r in t["parse_errors"]}
     assert errs == {"E1": {}, "E2": {"unclosed": 8}, "E3": {}, "E4": {"missing": 6}, "E5": {}}
     (ch,) = t["checker"]
     assert ch["outputs"] == 26 and ch["valid"] == pytest.approx(20 / 26) and ch["placeholders"] == pytest.approx(6 / 26)
@@ -194,9 +194,11 @@ def test_tiny_local_vlm_in_context(tmp_path):
     assert [r["status"] for r in out["records"]] == ["answered"] * 6
     errs = {r["condition"]: r for r in out["tables"]["parse_errors"]}
     n_issues = {c: sum(len(r["parsed"]["issues"]) for r in out["records"] if r["condition"] == c) for c in ("E1", "E3")}
-    assert {c: sum(v for k, v in errs[c].items() if k not in ("model", "condition", "replies")) for c in errs} == n_issues
+    assert {c: sum(v for k, v in errs[c].items() if k not in ("model", "condition", "replies", "reasked", "recovered")) for c in errs} == n_issues
     assert all(r["judge"]["complete"] or r["judge"]["errors"] for r in out["records"])
-    assert out["result"]["usage"]["tiny"]["requests"] == 6 and (tmp_path / "run" / "radar.png").is_file()
+    reasked = sum("reask" in r for r in out["records"])  # a random model's answers without a label are re-asked once
+    assert reasked == sum(r["reasked"] for r in errs.values()) and reasked == sum(r.get("first_issues") is not None for r in out["records"])
+    assert out["result"]["usage"]["tiny"]["requests"] == 6 + reasked and (tmp_path / "run" / "radar.png").is_file()
 
 
 def test_sudoku_classes_are_exact():

@@ -146,7 +146,7 @@ def test_edct_scores_realistic_replies(tmp_path, httpserver):
     assert recs[3]["baseline"]["errors"] == ["refused: the reply declines to answer"] and "reask" in recs[3]["baseline"]
     assert res["parse_errors"] == {"baseline/refused": 1}
     reasks = res["reasks"]
-    assert reasks["baseline"]["reasked"] >= 2 and reasks["baseline"]["recovered"] == reasks["baseline"]["reasked"] - 1
+    assert reasks["baseline"]["recovered"] == reasks["baseline"]["reasked"] - 1  # all but the item that always refuses
     assert all(v["recovered"] == v["reasked"] for k, v in reasks.items() if k != "baseline")
     assert sum(v["reasked"] for v in reasks.values()) >= 5  # refusals and unreadable verdicts did occur
     # every answer read is the right one (the <think> block's other answer never counts), every step judged
@@ -165,3 +165,85 @@ def test_edct_scores_realistic_replies(tmp_path, httpserver):
     sizes = {"answer": len(answer_forms("Glorp")), "verdict": len(verdict_forms("yes", 5)), "concepts": len(CONCEPT_FORMS), "chain": len(chain_forms())}
     assert used == {(role, i) for role, n in sizes.items() for i in range(n)}
     assert sum(resp.status_code == 503 for _, resp in httpserver.log) >= 10
+
+
+# ----------------------------------------------------------------------------- the ICL study
+def icl_answer_forms(reply: str) -> list[str]:
+    """A planned ICL reply as different models write it (all but the refusal readable)."""
+    label = re.search(r"<response>(.*?)</response>", reply).group(1)
+    other = "Class_X"
+    return [
+        reply,
+        f"Sure! Let me compare the query with the examples.\n{reply}\nHope that helps.",
+        f"```xml\n{reply}\n```",
+        f"<think>It resembles the first example. <response>{other}</response></think>\n{reply}",
+        reply.replace(f"<response>{label}</response>", f"<response>**{label}**</response>"),
+        reply.replace(f"<response>{label}</response>", f"<response>The query image shows {label}.</response>"),
+        reply.replace("<response>", "<Response>").replace("</response>", "</Response>"),
+        "I'm unable to classify this image without more context.",  # the re-ask recovers it
+    ]
+
+
+def icl_judge_forms(reply: str) -> list[str]:
+    pairs = re.findall(r"<(\w+)>(\d+)</\1>", reply)
+    return [
+        reply,
+        "".join(f"<{m}>{v}/5</{m}>" for m, v in pairs),
+        "".join(f"<{m}>{v}.0</{m}>" for m, v in pairs),
+        "<think>" + "".join(f"<{m}>1</{m}>" for m, _ in pairs) + "</think>\n" + reply,
+        "\n".join(f"{m.replace('_', ' ').capitalize()}: {v}" for m, v in pairs),
+        "".join(f"<{m}>**{v}**</{m}>" for m, v in pairs),
+        "".join(f"<{m}>high</{m}>" for m, _ in pairs),  # unreadable: the re-ask recovers it
+    ]
+
+
+def realistic_icl(inner, used: set[tuple[str, int]]):
+    """Wraps the planned (scripted) endpoint: each planned reply sent in a drawn realistic form; a
+    re-ask answered with the planned reply as it is."""
+
+    class Req:
+        def __init__(self, data: bytes):
+            self.data = data
+
+    def handler(req):
+        msgs = json.loads(req.data)["messages"]
+        reask = len(msgs) >= 3 and msgs[-2]["role"] == "assistant" and "could not be read" in str(msgs[-1]["content"])
+        planned = inner(Req(json.dumps({"messages": msgs[:-2] if reask else msgs}).encode()))
+        if planned.status_code != 200 or reask:
+            return planned
+        text = json.loads(planned.get_data())["choices"][0]["message"]["content"]
+        role, forms = ("judge", icl_judge_forms(text)) if text.lstrip().startswith("<textual") else ("answer", icl_answer_forms(text))
+        i = int.from_bytes(hashlib.sha256(b"seed-0" + req.data).digest()[:4], "big") % len(forms)
+        used.add((role, i))
+        return completion(forms[i])
+
+    return handler
+
+
+@pytest.mark.timeout(600)
+def test_icl_scores_realistic_replies(tmp_path, httpserver):
+    from test_icl_run import ROBOT, make_cfg, scripted
+
+    from cbm.vlm.icl.datasets import make_dataset
+    from cbm.vlm.icl.run import run as run_icl
+
+    ds = make_dataset("robot", dict(ROBOT), str(tmp_path / "cache"))
+    table = {np.asarray(ds.image(i)).tobytes(): ds.class_names[ds.labels[i]] for i in range(len(ds))}
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    plain = run_icl(make_cfg(tmp_path / "plain", httpserver))
+    httpserver.clear()
+    used: set[tuple[str, int]] = set()
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(realistic_icl(scripted(table), used))
+    real = run_icl(make_cfg(tmp_path / "real", httpserver))
+    recs = real["records"]
+    # every form was sent; every trial answered with a readable label, every judge reply complete where the plan's is
+    assert used == {("answer", i) for i in range(8)} | {("judge", i) for i in range(7)}
+    assert sum(r["parsed"]["response"] is not None for r in recs) == len(recs) >= 0.95 * len(recs)
+    assert [r["judge"]["complete"] for r in recs] == [r["judge"]["complete"] for r in plain["records"]]
+    # the tables equal the planned run's: accuracy, judge means, parse issues (besides the re-ask counts)
+    assert real["tables"]["accuracy"] == plain["tables"]["accuracy"] and real["tables"]["judge"] == plain["tables"]["judge"]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("reasked", "recovered")} for r in rows]  # noqa: E731
+    assert strip(real["tables"]["parse_errors"]) == strip(plain["tables"]["parse_errors"])
+    rows = real["tables"]["parse_errors"]
+    assert sum(r["reasked"] for r in rows) >= 5 and all(r["recovered"] == r["reasked"] for r in rows)
+    assert sum("first_errors" in r["judge"] for r in recs) >= 5

@@ -9,6 +9,7 @@ from typing import Any
 
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
+from cbm.vlm.tags import REASK_PROMPT
 from cbm.vlm.templates import check_template
 from cbm.vlm.typed import check_fields, nested
 
@@ -27,10 +28,7 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "reask": ("problem",),
 }
 #: Templates a config may leave out, and what stands in for them.
-PROMPT_DEFAULTS: dict[str, str] = {
-    "reask": "Your reply could not be read ({problem}). Reply again to the request above, in exactly the format it "
-             "asks for: the tags only, each once, with nothing outside them.",
-}
+PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT}
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
 

@@ -75,6 +75,9 @@ class ICLConfig:
     statistics: StatsOptions = field(default_factory=StatsOptions)
     cache_dir: str | None = None  # dataset cache
     progress: bool | None = None
+    #: Re-asks (0 or 1) of an answer without a readable label or a judge reply without every score,
+    #: in the same conversation, naming the problem (:data:`cbm.vlm.tags.REASK_PROMPT`); counted.
+    reask: int = 1
     #: Largest image (pixels) read from an image folder or torchvision dataset; refused before decoding.
     max_image_pixels: int = MAX_IMAGE_PIXELS
 
@@ -109,6 +112,8 @@ class ICLConfig:
             if "kind" not in spec:
                 raise ValueError(f"datasets.{name}: needs a kind (robot, sudoku, imagefolder, torchvision)")
         check_pixel_limit(self.max_image_pixels)
+        if isinstance(self.reask, bool) or self.reask not in (0, 1):
+            raise ValueError(f"reask: must be 0 or 1 (re-asks of an unreadable reply), got {self.reask!r}")
         if self.episodes_dir is not None and not self.episodes_dir.strip():
             raise ValueError("episodes_dir: empty (null: <output_dir>/episodes)")
         check_prompts(self.prompts, self.conditions)

@@ -32,6 +32,7 @@ from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
+from cbm.vlm.tags import REASK_PROMPT
 from cbm.vlm.typed import conforms
 from synthetic.atomic import savefig_atomic, write_csv_atomic, write_json_atomic, write_text_atomic
 from synthetic.tables import markdown_table
@@ -119,12 +120,30 @@ def record_base(t: Trial) -> dict[str, Any]:
             "n_way": ep.n_way, "k_shot": ep.k_shot, "truth": ep.query[0].label, "truth_class": ep.query[0].cls}  # fmt: skip
 
 
-def answer_record(t: Trial, text: str) -> dict[str, Any]:
+def reask_messages(msgs: Messages, reply: str, problem: str) -> Messages:
+    """``msgs`` continued by the unreadable reply and the re-ask naming ``problem``."""
+    return [*msgs, {"role": "assistant", "content": reply}, user_message(REASK_PROMPT.format(problem=problem[:300]))]
+
+
+def answer_problem(rec: dict[str, Any]) -> str:
+    return "; ".join(f"{i['kind']}: {i['detail']}" for i in rec["parsed"]["issues"]) or "no label"
+
+
+def answer_record(t: Trial, text: str, reask: str | None = None) -> dict[str, Any]:
     """An answered trial's record: the reply and everything derived from it (parse, correctness,
-    the E5 checker, the named features)."""
+    the E5 checker, the named features). With ``reask`` (the reply to a re-ask of a first reply
+    without a readable label) the re-ask's reply is the output, the first one's issues kept."""
     ep = t.episode
     parsed = parse_reply(text, t.condition, ep.labels)
+    first = None
+    if reask is not None and parsed.response is None:
+        first, parsed = parsed, parse_reply(reask, t.condition, ep.labels)
     rec = {**record_base(t), "status": "answered", "reply": text, "parsed": parsed.to_json(), "correct": parsed.response == ep.query[0].label}
+    rec["output"] = text if first is None else reask
+    if reask is not None:
+        rec["reask"] = reask
+        if first is not None:
+            rec["first_issues"] = first.to_json()["issues"]
     if t.condition == "E5":
         f = parsed.fields
         rec["checker"] = dl.check(f.get("tbox", ""), f.get("abox", ""), f.get("dl_explanation", ""), parsed.response, ep.labels).to_json()
@@ -134,13 +153,22 @@ def answer_record(t: Trial, text: str) -> dict[str, Any]:
     return rec
 
 
-def judged(text: str, metrics: Sequence[str]) -> dict[str, Any]:
+def judged(text: str, metrics: Sequence[str], reask: str | None = None) -> dict[str, Any]:
+    """The judge's scores from its reply, or (``reask``: the reply to a re-ask of an incomplete one)
+    from the re-ask's, the first one's errors kept."""
     s = parse_scores(text, metrics)
-    return {"complete": s.complete, **s.to_json(), "reply": text}
+    out = {"complete": s.complete, **s.to_json(), "reply": text}
+    if reask is not None:
+        out["reask"] = reask
+        if not s.complete:
+            again = parse_scores(reask, metrics)
+            out.update(complete=again.complete, **again.to_json(), first_errors=s.errors)
+    return out
 
 
 #: The parts of a saved record that are kept (everything else is derived again from them).
-RECORD_SCHEMA = {"trial": str, "status": str, "reply": str, "?judge": dict, "?judge_global": dict, "?reproducibility": {"runs": [[str]]}}
+RECORD_SCHEMA = {"trial": str, "status": str, "reply": str, "?reask": str, "?judge": dict, "?judge_global": dict,
+                 "?reproducibility": {"runs": [[str]]}}  # fmt: skip
 
 
 def rebuild_record(t: Trial, saved: Any) -> dict[str, Any] | None:
@@ -148,13 +176,13 @@ def rebuild_record(t: Trial, saved: Any) -> dict[str, Any] | None:
     errored trial is redone anyway)."""
     if not conforms(saved, RECORD_SCHEMA) or saved["trial"] != t.id or saved["status"] != "answered":
         return None
-    rec = answer_record(t, saved["reply"])
+    rec = answer_record(t, saved["reply"], saved.get("reask"))
     for key, metrics in (("judge", METRICS), ("judge_global", (GLOBAL_METRIC,))):
         j = saved.get(key)
         if j is None:
             continue
-        if conforms(j, {"reply": str}):
-            rec[key] = judged(j["reply"], metrics)
+        if conforms(j, {"reply": str, "?reask": str}):
+            rec[key] = judged(j["reply"], metrics, j.get("reask"))
         elif conforms(j, {"error": str}):
             rec[key] = {"complete": False, "error": j["error"]}
         else:
@@ -289,15 +317,24 @@ class Study:
             for t, rep in zip(todo, replies):
                 recs[t.id] = self._answer_record(t, rep)
                 self._save(t, recs[t.id])
+            # 1b. one re-ask of an answer without a readable label
+            again = [t for t in trials if t.model == name and recs[t.id].get("status") == "answered"
+                     and recs[t.id]["parsed"]["response"] is None and "reask" not in recs[t.id]] if self.cfg.reask else []  # fmt: skip
+            follow = [reask_messages(trial_messages(self.cfg, self.datasets[t.dataset], t), recs[t.id]["reply"], answer_problem(recs[t.id]))
+                      for t in again]  # fmt: skip
+            for t, rep in zip(again, self._map(client, follow, f"{name} re-asks")):
+                if not isinstance(rep, ChatError):
+                    recs[t.id] = {**answer_record(t, recs[t.id]["reply"], rep.text), "made_by": recs[t.id]["made_by"]}
+                    self._save(t, recs[t.id])
         # 2. reproducibility reruns (sampled), 3. judge, 4. global discriminativeness
         jo = self.cfg.judge_options
         if jo.reproducibility_repeats:
             self._reproducibility(trials, recs)
         if jo.enabled:
-            self._judge(trials, recs, "judge", lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["reply"]))
+            self._judge(trials, recs, "judge", lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["output"]))
             if jo.global_discriminativeness:
                 self._judge(trials, recs, "judge_global",
-                            lambda t, r: global_messages(self.cfg, self.datasets[t.dataset], t, r["reply"], r["parsed"]["response"]),
+                            lambda t, r: global_messages(self.cfg, self.datasets[t.dataset], t, r["output"], r["parsed"]["response"]),
                             metrics=(GLOBAL_METRIC,), need_response=True)  # fmt: skip
         return [recs[t.id] for t in trials]
 
@@ -335,6 +372,14 @@ class Study:
             else:
                 recs[t.id][key] = judged(rep.text, metrics)
             self._save(t, recs[t.id])
+        # one re-ask of a reply without every score
+        again = [t for t in todo if self.cfg.reask and "reply" in recs[t.id][key] and not recs[t.id][key]["complete"]]
+        follow = [reask_messages(build(t, recs[t.id]), recs[t.id][key]["reply"],
+                                 "; ".join(f"{m}: {e}" for m, e in recs[t.id][key]["errors"].items())) for t in again]  # fmt: skip
+        for t, rep in zip(again, self._map(self.judge, follow, f"{key} re-asks")):
+            if not isinstance(rep, ChatError):
+                recs[t.id][key] = judged(recs[t.id][key]["reply"], metrics, rep.text)
+                self._save(t, recs[t.id])
 
     def usage(self) -> dict[str, Any]:
         out = {name: {"model": c.model, **c.usage.to_json()} for name, c in self.models.items()}
@@ -392,7 +437,9 @@ def parse_error_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in rs:
             for i in r.get("parsed", {}).get("issues", []):
                 counts[i["kind"]] += 1
-        rows.append({"model": m, "condition": c, "replies": sum(r["status"] == "answered" for r in rs), **counts})
+        reasked = [r for r in rs if "reask" in r]
+        rows.append({"model": m, "condition": c, "replies": sum(r["status"] == "answered" for r in rs), **counts,
+                     "reasked": len(reasked), "recovered": sum(r["parsed"]["response"] is not None for r in reasked)})  # fmt: skip
     return rows
 
 
