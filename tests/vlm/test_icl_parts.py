@@ -128,6 +128,10 @@ def test_checker_catches_the_known_failure_kinds():
     # not axioms at all
     c = dl.check("Class 1 has star hands\nA1: Class_1 ≡ hasVisualFeature(X)", "the robot has star hands", "", "1", OPTS)
     assert c.syntactic_validity == pytest.approx(1 / 3) and not c.valid
+    # an empty or junk output has nothing to check: never matched, never consistent
+    for tbox, abox, expl in [("", "", ""), ("junk", "more junk", "whatever"), (TBOX, "", "A1 fires")]:
+        c = dl.check(tbox, abox, expl, None, ["1", "2"])
+        assert not c.fired_match and not c.consistent and any(p.startswith("nothing to check") for p in c.problems)
 
 
 def test_checker_reads_exists_ascii_and_subclass_forms():

@@ -272,8 +272,13 @@ def check(tbox: str, abox: str, explanation: str, response: str | None, labels: 
     held = entailed | box.classes.get(ind, set())  # entailed or asserted for the individual
     # the episode's classes are mutually exclusive: at most one of them may hold, and no declared disjoint pair
     held_labels = {lab for lab in labels for c in held if class_matches(c, lab)}
-    consistent = len(held_labels) <= 1 and not any(frozenset((a, b)) in disjoint for a in held for b in held if a != b)
-    if not consistent:
+    # an output without an axiom or without an assertion has nothing to check: never matched or consistent
+    checkable = bool(axioms) and bool(box.features)
+    if not checkable:
+        problems.append("nothing to check: no TBox axiom" if not axioms else "nothing to check: no ABox assertion")
+    clash = len(held_labels) > 1 or any(frozenset((a, b)) in disjoint for a in held for b in held if a != b)
+    consistent = checkable and not clash
+    if clash:
         problems.append(f"inconsistent: {sorted(held)} hold together")
     claimed_set, fired_set = set(claimed), set(fired)
     precision = len(claimed_set & fired_set) / len(claimed_set) if claimed_set else None
@@ -298,7 +303,7 @@ def check(tbox: str, abox: str, explanation: str, response: str | None, labels: 
         fired=[axioms[i].text for i in fired],
         claimed=[axioms[i].text for i in claimed],
         claimed_necessary=necessary,
-        fired_match=claimed_set == fired_set and not unresolved,
+        fired_match=checkable and claimed_set == fired_set and not unresolved,
         claim_precision=precision,
         claim_recall=recall,
         entailed=sorted(entailed),

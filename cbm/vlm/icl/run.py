@@ -487,10 +487,14 @@ def statistics(records: list[dict[str, Any]], conditions: list[str], correction:
             corr = np.array([[by[(c, e)]["correct"] for c in conditions] for e in eps], dtype=bool)
             res["mcnemar"] = {f"{a} vs {b}": stats.mcnemar_exact(corr[:, i], corr[:, j])
                               for i, a in enumerate(conditions) for j, b in enumerate(conditions) if i < j}  # fmt: skip
+            adjusted = stats.correct_pvalues([v["p"] for v in res["mcnemar"].values()], correction)  # over every pair
+            for v, p_adj in zip(res["mcnemar"].values(), adjusted):
+                v["p_adjusted"] = float(p_adj)
             if len(conditions) >= 2:
                 res["cochrans_q"] = stats.cochrans_q(corr.astype(float))
         judged = [c for c in conditions if any(by.get((c, e), {}).get("judge", {}).get("complete") for e in eps)]
         jeps = [e for e in eps if all(by[(c, e)].get("judge", {}).get("complete") for c in judged)]
+        res["judge_episodes"], res["judged_conditions"] = len(jeps), judged  # the n of every judge test below
         if jeps and len(judged) >= 2:
             res["judge"] = {}
             for metric in METRICS:
@@ -614,12 +618,17 @@ def stats_md(st: dict[str, Any], correction: str) -> str:
             q = res["cochrans_q"]
             lines.append(f"Cochran's Q = {q['q']:.3f} (df {q['df']}), p = {q['p']:.4g}")
         for pair, v in res.get("mcnemar", {}).items():
-            lines.append(f"- McNemar (exact) {pair}: {v['a_only']} vs {v['b_only']} discordant, p = {v['p']:.4g}")
+            lines.append(f"- McNemar (exact) {pair}, n = {res['episodes_paired']}: {v['a_only']} vs {v['b_only']} discordant, "
+                         f"p = {v['p']:.4g}, {correction}-adjusted over the {len(res['mcnemar'])} pairs p = {v['p_adjusted']:.4g}")  # fmt: skip
         if "spearman_vs_correct" in res:
             lines += ["", f"Spearman(metric, correct), p adjusted ({correction}) over the {len(METRICS)} metrics:", "",
                       _md(res["spearman_vs_correct"])]  # fmt: skip
+        if res.get("judge"):
+            lines += ["", f"judge tests on the {res['judge_episodes']} episodes judged completely in every judged condition "
+                          f"({', '.join(res['judged_conditions'])}):"]  # fmt: skip
         for metric, v in res.get("judge", {}).items():
             if "friedman" in v:
-                lines.append(f"- {metric}: Friedman chi2 = {v['friedman']['stat']:.3f}, p = {v['friedman']['p']:.4g}")
+                lines.append(f"- {metric}: Friedman chi2 = {v['friedman']['stat']:.3f}, p = {v['friedman']['p']:.4g}, "
+                             f"n = {res['judge_episodes']}")  # fmt: skip
         lines.append("")
     return "\n".join(lines) + "\n"
