@@ -9,6 +9,7 @@ every SDK failure becomes a :class:`ChatError` of a known kind."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -20,6 +21,24 @@ from cbm.vlm.reply import ChatError, Reply
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 #: Key sent when the environment holds none (local servers accept any key; no secret).
 NO_KEY = "not-needed"
+#: Models that take ``max_completion_tokens`` and only their default temperature (OpenAI's reasoning
+#: models: o1, o3, o4-mini, GPT-5 ...), matched on the model name without a provider prefix.
+REASONING_MODEL = re.compile(r"^(?:o\d+(?:-[\w.-]+)?|gpt-5[\w.-]*)$", re.IGNORECASE)
+
+
+def adapt_params(model: str, params: dict[str, Any], error: str = "") -> dict[str, Any]:
+    """``params`` as a reasoning model's endpoint takes them: ``max_completion_tokens`` for
+    ``max_tokens`` and no ``temperature`` when the model name is a reasoning model's or the endpoint's
+    ``error`` said it does not support them; else unchanged."""
+    out = dict(params)
+    bare = model.rsplit("/", 1)[-1]
+    reasoning = bool(REASONING_MODEL.match(bare))
+    if "max_tokens" in out and (reasoning or ("max_tokens" in error and "max_completion_tokens" in error)):
+        out["max_completion_tokens"] = out.pop("max_tokens")
+    if "temperature" in out and (reasoning or re.search(r"temperature.{0,80}(unsupported|not support|only the default)|"
+                                                        r"(unsupported|not support).{0,80}temperature", error, re.IGNORECASE)):  # fmt: skip
+        out.pop("temperature")
+    return out
 
 
 class OpenAIBackend:
@@ -36,14 +55,26 @@ class OpenAIBackend:
             api_key=key or NO_KEY, base_url=self.base_url, default_headers=cfg.headers or None,
             timeout=cfg.timeout_s, max_retries=0, http_client=http_client,
         )  # fmt: skip
+        #: the endpoint's last word on the parameters (an HTTP 400 naming one it does not support)
+        self._rejected = ""
 
     def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
         oa = self._openai
         if "prefix" in params:
             raise ValueError("an assistant prefix is only supported by the local backend")
         t0 = time.perf_counter()
+        sent = adapt_params(self.model, params, self._rejected)
         try:
-            resp = self._client.chat.completions.create(model=self.model, messages=messages, **params)
+            while True:
+                try:
+                    resp = self._client.chat.completions.create(model=self.model, messages=messages, **sent)
+                    break
+                except oa.BadRequestError as err:  # a parameter this model does not take: dropped, remembered
+                    said = f"{self._rejected}\n{getattr(err, 'message', '') or err}"
+                    again = adapt_params(self.model, sent, said)
+                    if again == sent:  # nothing left to adapt: the error stands
+                        raise
+                    self._rejected, sent = said, again
         except oa.APITimeoutError as err:
             raise ChatError("timeout", f"request timed out ({err})") from None
         except oa.APIConnectionError as err:

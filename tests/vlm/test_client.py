@@ -321,3 +321,35 @@ def test_a_hosted_endpoint_without_its_key_is_one_line_before_any_request(monkey
     assert make_client(model="m", base_url="http://localhost:8000/v1", api_key_env="CBM_NO_SUCH_KEY", cache_dir=None).model == "m"
     monkeypatch.setenv("CBM_NO_SUCH_KEY", "sk-test")
     assert make_client(model="m", api_key_env="CBM_NO_SUCH_KEY", cache_dir=None).model == "m"
+
+
+def test_reasoning_models_get_max_completion_tokens_and_no_temperature(httpserver, tmp_path):
+    """A reasoning model's name (o3, gpt-5...) sends max_completion_tokens and no temperature; any
+    other model whose endpoint rejects max_tokens / temperature (HTTP 400 naming them, as OpenAI's
+    does) is re-sent once without them, and the endpoint's word is remembered for later requests."""
+
+    def strict(req):
+        body = json.loads(req.data)
+        if "max_tokens" in body:
+            return Response(json.dumps({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                                                  "Use 'max_completion_tokens' instead.", "type": "invalid_request_error"}}),
+                            status=400, content_type="application/json")  # fmt: skip
+        if "temperature" in body:
+            return Response(json.dumps({"error": {"message": "Unsupported value: 'temperature' does not support 0 with this model. "
+                                                  "Only the default (1) value is supported."}}), status=400, content_type="application/json")  # fmt: skip
+        return Response(json.dumps(completion(f"<answer>{body['max_completion_tokens']}</answer>")), content_type="application/json")
+
+    httpserver.expect_request(PATH).respond_with_handler(strict)
+    c = client_for(httpserver, tmp_path, model="openai/o3-mini", max_tokens=77)
+    assert c.chat(c.messages("q1")).text == "<answer>77</answer>" and len(httpserver.log) == 1  # no rejected request first
+    other = client_for(httpserver, tmp_path, model="my-reasoner", max_tokens=55)
+    assert other.chat(other.messages("q2")).text == "<answer>55</answer>"
+    n = len(httpserver.log)
+    assert n == 1 + 3  # max_tokens rejected, then temperature rejected, then accepted
+    assert other.chat(other.messages("q3")).text == "<answer>55</answer>" and len(httpserver.log) == n + 1  # remembered
+    httpserver.clear()
+    httpserver.expect_request(PATH).respond_with_json({"error": {"message": "bad model"}}, status=400)
+    plain = client_for(httpserver, tmp_path, model="gpt-4o", max_tokens=9)
+    with pytest.raises(ChatError, match="HTTP 400: .*bad model"):  # any other 400 fails at once, in one line
+        plain.chat(plain.messages("q4"))
+    assert len(httpserver.log) == 1
