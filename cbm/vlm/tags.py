@@ -37,7 +37,7 @@ _REASONING_BLOCK = re.compile(rf"<\s*({_REASONING_TAGS})\b[^>]*>.*?<\s*/\s*\1\s*
 _REASONING_OPEN = re.compile(rf"<\s*{_REASONING_TAGS}\b[^>]*>", re.IGNORECASE)
 _REASONING_CLOSE = re.compile(rf"<\s*/\s*{_REASONING_TAGS}\s*>", re.IGNORECASE)
 _FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[\w+-]*[ \t]*$", re.MULTILINE)
-_REFUSAL = re.compile(
+REFUSAL = re.compile(
     r"\b(?:I\s*(?:'m| am)\s+(?:sorry|unable|not able)|I\s+(?:cannot|can't|can not|won't|am unable to)\s+"
     r"(?:help|assist|answer|determine|tell|provide|comply|identify|say|decide)|(?:cannot|can't|impossible to)\s+(?:be\s+)?determined?|"
     r"as an ai\b|unable to (?:determine|answer|tell))",
@@ -67,7 +67,7 @@ def clean_reply(text: str | None) -> str:
     return _FENCE_LINE.sub("", t)
 
 
-def _plain(value: str) -> str:
+def plain_text(value: str) -> str:
     """Markdown emphasis, quotes and surrounding punctuation removed, whitespace collapsed."""
     v = re.sub(r"[*_`\"\u201c\u201d\u2018\u2019]|(?<!\w)'|'(?!\w)", "", value)
     return " ".join(v.split()).strip(" .!:;,()[]")
@@ -80,9 +80,9 @@ def match_option(value: str, options: Sequence[str], aliases: Mapping[str, str] 
     and not negated ("not a Glorp" names no option)."""
     opts = {o.lower(): o for o in options}
     alias = {k.lower(): v for k, v in (aliases or {}).items()}
-    plain = _plain(value)
+    plain = plain_text(value)
     for cand in (plain, _PREFIX.sub("", plain)):
-        word = _plain(cand).lower()
+        word = plain_text(cand).lower()
         word = alias.get(word, word).lower()
         if word in opts:
             return opts[word], None
@@ -183,7 +183,7 @@ def _untagged_value(raw: str, tag: str, label: str | None) -> str | None:
                 return bodies[0]
     for name in dict.fromkeys(x for x in (label, tag) if x):
         found = labelled_value(text, name)
-        if found is not None and _plain(found):
+        if found is not None and plain_text(found):
             return found
     return None
 
@@ -202,7 +202,7 @@ def unclosed_value(raw: str, tag: str) -> str | None:
 
 def _missing(found: TagResult, raw: str) -> TagResult:
     """A missing value: ``refused`` when the reply declines to answer, else the parse's own error."""
-    if found.error is not None and found.error.kind == "missing" and _REFUSAL.search(clean_reply(raw)):
+    if found.error is not None and found.error.kind == "missing" and REFUSAL.search(clean_reply(raw)):
         return TagResult(None, ParseError("refused", "the reply declines to answer"), raw)
     return found
 
@@ -235,7 +235,7 @@ def parse_choice(reply: str | None, tag: str, options: Iterable[str], aliases: M
     got, kind = match_option(value, opts, aliases)
     if got is not None:
         return TagResult(got, None, raw)
-    if kind == "not_in_options" and _REFUSAL.search(value):
+    if kind == "not_in_options" and REFUSAL.search(value):
         return TagResult(None, ParseError("refused", f"<{tag}> declines to answer: {value[:40]!r}"), raw)
     what = "names several options or only negated ones" if kind == "ambiguous" else "is not one of the options"
     return TagResult(None, ParseError(kind, f"<{tag}> {what}: {value[:40]!r}, expected one of {sorted(opts)}"), raw)
@@ -248,7 +248,7 @@ def read_score(value: str, lo: int = 1, hi: int = 5) -> tuple[int | None, str | 
     """An integer score on ``lo..hi`` from ``"4"``, ``"4.0"``, ``"4/5"``, ``"**4**"``, ``"4 out of 5"``,
     ``"Score: 4 - clear"``: ``(score, None)`` or ``(None, why)``. ``"4.5"``, ``"8/10"`` and values
     outside the scale are refused, never rounded or rescaled."""
-    v = _plain(value)
+    v = plain_text(value)
     m = _NUMBER.match(v)
     if not m:
         return None, f"not a number: {value[:30]!r}"

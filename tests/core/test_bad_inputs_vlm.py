@@ -132,6 +132,9 @@ def _files(root: Path) -> None:
     (f / "not_number.csv").write_text("trial,conciseness\nx,five\n")
     (f / "binary.csv").write_bytes(b"\xff\xfe\x00\x81trial")
     (f / "empty.csv").write_text("")
+    (f / "escape.jsonl").write_text('{"image": "../../secret.png", "question": "q"}\n')
+    (f / "garbled.jsonl").write_text('{"image": "a.png"\n')
+    (f / "no_truth.jsonl").write_text('{"image": "a.png", "options": ["x", "y"], "answer": "z"}\n')
 
 
 @pytest.fixture(scope="module")
@@ -288,6 +291,19 @@ EDCT_CASES = [
     ("+verify.tau_in=abc", "VerifyConfig.tau_in: expected a finite number, got 'abc'", SLOW),
     ("segmenter={target: 'cbm.vlm.verify:resolve_segmenter'}", "'cbm.vlm.verify:resolve_segmenter' is a function", SLOW),
     ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
+    ("items.source=files", "items.path: items.source=files needs the data's path"),
+    ("items.path=@VLM/files/escape.jsonl", "items.path: only read with items.source=files", SLOW),
+    (["items.source=files", "items.path=@VLM/files/missing.jsonl", "editor.kind=hosted", f"+editor.base_url={LOOP}"],
+     "items.path: nothing at '@VLM/files/missing.jsonl'"),
+    (["items.source=files", "items.path=@VLM/files/escape.jsonl", "editor.kind=hosted", f"+editor.base_url={LOOP}"],
+     "escape.jsonl (escape.jsonl:1): image '../../secret.png': "),
+    (["items.source=files", "items.path=@VLM/files/garbled.jsonl", "editor.kind=hosted", f"+editor.base_url={LOOP}"],
+     "garbled.jsonl:1: not JSON", SLOW),
+    (["items.source=files", "items.path=@VLM/files/no_truth.jsonl", "editor.kind=hosted", f"+editor.base_url={LOOP}"],
+     "answer 'z' is not one of the options ['x', 'y']", SLOW),
+    (["items.source=files", "items.path=@VLM/files/escape.jsonl"], "editor.kind: photographs need an image editor", SLOW),
+    (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.format=pdf"], "items.format: unknown format 'pdf'", SLOW),
+    (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.shape=vqav2"], "items.shape: unknown shape 'vqav2'", SLOW),
 ]
 
 

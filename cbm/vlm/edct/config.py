@@ -16,9 +16,9 @@ from cbm.vlm.typed import check_fields, nested
 ANSWER_MODES = ("generate", "score")
 #: ``synthetic``: the exact editor of the item source (robot parts, Sudoku cells).
 EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers")
-ITEM_SOURCES = ("robot", "sudoku")
+ITEM_SOURCES = ("robot", "sudoku", "files")
 #: The splits of each item source.
-SPLITS = {"robot": ("train", "calib", "test"), "sudoku": ("train", "val", "calib", "test")}
+SPLITS = {"robot": ("train", "calib", "test"), "sudoku": ("train", "val", "calib", "test"), "files": ("test",)}
 #: Prompt templates every run needs, and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "answer": ("question", "options"),
@@ -40,9 +40,24 @@ class ItemsConfig:
     n: int = 20  # items (the first n positions of the split, or a seeded sample)
     sample: bool = False
     seed: int = 0
+    #: source=files: the data (a JSONL file, an image folder, a saved datasets dataset), its format
+    #: and the shape of its rows (cbm.vlm.edct.items)
+    path: str | None = None
+    format: str = "auto"
+    shape: str = "generic"
 
     def __post_init__(self) -> None:
+        from cbm.vlm.edct.items import FORMATS, SHAPES
+
         check_fields(self, "items.")
+        if self.source == "files" and not (isinstance(self.path, str) and self.path.strip()):
+            raise ValueError("items.path: items.source=files needs the data's path (a JSONL file, an image folder or a saved dataset)")
+        if self.source != "files" and self.path is not None:
+            raise ValueError(f"items.path: only read with items.source=files (got source={self.source})")
+        if self.format not in FORMATS:
+            raise ValueError(f"items.format: unknown format '{self.format}' (choose from: {', '.join(FORMATS)})")
+        if self.shape not in SHAPES:
+            raise ValueError(f"items.shape: unknown shape '{self.shape}' (choose from: {', '.join(SHAPES)})")
         if self.source not in ITEM_SOURCES:
             raise ValueError(f"items.source: unknown source '{self.source}' (choose from: {', '.join(ITEM_SOURCES)})")
         if self.split not in SPLITS[self.source]:
@@ -143,6 +158,10 @@ class EDCTConfig:
     def _check_data(self) -> None:
         from synthetic.registry import data_config
 
+        if self.items.source == "files":
+            if self.editor.get("kind", "").startswith("synthetic"):
+                raise ValueError("editor.kind: photographs need an image editor (hosted or diffusers), not a synthetic one")
+            return
         if self.items.source != str(self.data.get("name", "")).split("_")[0]:
             raise ValueError(f"items.source={self.items.source} needs data={self.items.source} (got data.name={self.data.get('name')})")
         dcfg = data_config(dict(self.data))  # the generator's own checks, one line each

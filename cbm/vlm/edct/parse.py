@@ -9,12 +9,15 @@ from dataclasses import dataclass
 
 from cbm.vlm.editors.base import EditInstruction
 from cbm.vlm.tags import (
+    REFUSAL,
     ParseError,
+    TagResult,
     clean_reply,
     labelled_value,
     parse_choice,
     parse_score,
     parse_tag,
+    plain_text,
     unclosed_value,
 )
 
@@ -43,7 +46,7 @@ def parse_answer(reply: str, options: Sequence[str]) -> Answer:
     """The answer (tag, ``Answer:`` line, or prose naming exactly one option) and the explanation
     (tag; an unclosed one to the next tag; an ``Explanation:`` line; else the prose around the
     answer when it has at least :data:`MIN_PROSE_WORDS` words)."""
-    a = parse_choice(reply, "answer", options, free_text=True)
+    a = parse_choice(reply, "answer", options, free_text=True) if options else parse_free(reply, "answer")
     e = parse_tag(reply, "explanation")
     explanation, e_err = e.value, e.error
     if e_err is not None:
@@ -59,6 +62,23 @@ def parse_answer(reply: str, options: Sequence[str]) -> Answer:
         if explanation:
             e_err = None
     return Answer(a.value, explanation or None, [err for err in (a.error, e_err) if err is not None])
+
+
+def parse_free(reply: str, tag: str) -> TagResult:
+    """An open-ended answer: the tag's text (markup and quotes removed), an unclosed tag's line, or an
+    ``Answer:`` line; a refusal is ``refused``."""
+    found = parse_tag(reply, tag)
+    value = found.value
+    if found.error is not None:
+        if found.error.kind == "unclosed":
+            value = unclosed_value(reply, tag)
+        elif found.error.kind == "missing":
+            value = labelled_value(clean_reply(reply), tag)
+    if value is not None and plain_text(value) and not REFUSAL.search(value):
+        return TagResult(plain_text(value), None, reply or "")
+    if value is not None and REFUSAL.search(value) or (found.error is not None and REFUSAL.search(clean_reply(reply))):
+        return TagResult(None, ParseError("refused", "the reply declines to answer"), reply or "")
+    return found if found.error is not None else TagResult(None, ParseError("empty", f"<{tag}> is empty"), reply or "")
 
 
 def _norm(text: str) -> str:

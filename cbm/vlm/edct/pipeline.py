@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
@@ -127,12 +128,18 @@ class Pipeline:
         follow = [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
         return client.chat(follow).text
 
-    def ask_vlm(self, image: Image.Image, options: list[str]) -> dict[str, Any]:
+    def item_task(self, item: EditItem, options: list[str]) -> tuple[str, list[str]]:
+        """The question and answer options of ``item``: its own (items read from files) or the run's;
+        no options: open-ended."""
+        meta = item.meta if isinstance(item.meta, dict) else {}
+        return meta.get("question") or self.cfg.question, list(meta.get("options") or options)
+
+    def ask_vlm(self, image: Image.Image, options: list[str], question: str | None = None) -> dict[str, Any]:
         """The VLM's answer and explanation for ``image`` (generated, or option-scored then explained);
         an unreadable answer is re-asked once (``reask``)."""
         vlm = self.clients.vlm
-        msgs = vlm.messages(self._prompt("answer", question=self.cfg.question, options=", ".join(options)), [image])
-        if self.cfg.answer_by == "score":
+        msgs = vlm.messages(self._prompt("answer", question=question or self.cfg.question, options=options_text(options)), [image])
+        if self.cfg.answer_by == "score" and options:
             scores = vlm.score(msgs, "<answer>", options)
             answer = options[int(np.argmax(scores))]
             reply = vlm.chat(msgs, prefix=f"<answer>{answer}</answer>\n<explanation>").text
@@ -147,8 +154,8 @@ class Pipeline:
             out = _answer({"reply": reply, "reask": again}, options)
         return out
 
-    def judge(self, client: ChatClient, base: dict, step: dict, options: list[str]) -> dict[str, Any]:
-        prompt = self._prompt("judge", question=self.cfg.question, options=", ".join(options), answer=base["answer"],
+    def judge(self, client: ChatClient, base: dict, step: dict, options: list[str], question: str | None = None) -> dict[str, Any]:
+        prompt = self._prompt("judge", question=question or self.cfg.question, options=options_text(options), answer=base["answer"],
                               explanation=base["explanation"] or "", edit=step["edit_text"],
                               new_answer=step["requery"]["answer"] or "(no answer)", new_explanation=step["requery"]["explanation"] or "")  # fmt: skip
         msgs = client.messages(prompt)
@@ -165,8 +172,9 @@ class Pipeline:
         original = png_bytes(item.image)
         image_sha = hashlib.sha256(original).hexdigest()
         saved = self._load(path, item_id, image_sha)
+        question, options = self.item_task(item, options)
         rec = self.rebuild(saved, item, options) if saved is not None else {"id": item_id, "status": "started"}
-        rec.update(run=self.run_id, image_sha256=image_sha, question=self.cfg.question)
+        rec.update(run=self.run_id, image_sha256=image_sha, question=question, options=options)
         if self.label_of is not None:
             rec["truth"] = self.label_of(item.meta)
         if _sha256_of(d / "original.png") != image_sha:
@@ -182,7 +190,7 @@ class Pipeline:
         rec.pop("error", None)
         try:
             if "baseline" not in rec:
-                rec["baseline"] = self.ask_vlm(item.image, options)
+                rec["baseline"] = self.ask_vlm(item.image, options, question)
                 save()
             base = rec["baseline"]
             if base["answer"] is None:
@@ -191,7 +199,7 @@ class Pipeline:
                 return rec
             if "concepts" not in rec:
                 llm = self.clients.llm
-                msgs = llm.messages(self._prompt("extract", question=self.cfg.question, options=", ".join(options),
+                msgs = llm.messages(self._prompt("extract", question=question, options=options_text(options),
                                                  answer=base["answer"], explanation=base["explanation"] or "", k=self.cfg.k))  # fmt: skip
                 reply = llm.chat(msgs).text
                 rec["concepts"] = _concepts({"reply": reply}, self.cfg.k)
@@ -207,7 +215,7 @@ class Pipeline:
             if "chain" not in rec:
                 listing = "\n".join(f"{i + 1}. {c}" for i, c in enumerate(concepts))
                 llm = self.clients.llm
-                msgs = llm.messages(self._prompt("chain", question=self.cfg.question, answer=base["answer"],
+                msgs = llm.messages(self._prompt("chain", question=question, answer=base["answer"],
                                                  explanation=base["explanation"] or "", concepts=listing, n=len(concepts)))  # fmt: skip
                 reply = llm.chat(msgs).text
                 rec["chain"] = _chain({"reply": reply}, concepts)
@@ -219,14 +227,15 @@ class Pipeline:
                 rec["status"] = "no_chain"
                 save()
                 return rec
-            self._run_chain(rec, d, item, chain, options, save)
+            self._run_chain(rec, d, item, chain, options, save, question)
             rec["status"] = "done"
         except ChatError as err:  # the endpoint failed after its retries: recorded, the run goes on
             rec["status"], rec["error"] = "error", f"{err.kind}: {err}"
         save()
         return rec
 
-    def _run_chain(self, rec: dict, d: Path, item: EditItem, chain: list[EditInstruction], options: list[str], save: Any) -> None:
+    def _run_chain(self, rec: dict, d: Path, item: EditItem, chain: list[EditInstruction], options: list[str], save: Any,
+                   question: str | None = None) -> None:  # fmt: skip
         from cbm.vlm.verify import verify_edit
 
         steps: list[dict[str, Any]] = rec.setdefault("steps", [])
@@ -291,17 +300,17 @@ class Pipeline:
                 step["meta_row"] = np.asarray(result.meta["row"]).tolist() if isinstance(result.meta, dict) and "row" in result.meta else None
                 if isinstance(result.meta, dict) and "board" in result.meta:  # a Sudoku board: restored on resume, its label derived again
                     step["meta_board"] = np.asarray(result.meta["board"]).tolist()
-            step["requery"] = self.ask_vlm(result.image, options)
+            step["requery"] = self.ask_vlm(result.image, options, question)
             new = step["requery"]["answer"]
-            step["answer_changed"] = None if new is None else new != base["answer"]
+            step["answer_changed"] = None if new is None else not same_answer(new, base["answer"])
             if new is None:  # no answer to judge: excluded from every score (counted), the chain goes on
                 step.update(status="unscored", reason="re-query unreadable: " + "; ".join(step["requery"]["errors"])[:200])
                 save()
                 current = nxt
                 continue
-            step["judge"] = self.judge(self.clients.judge, base, step, options)
+            step["judge"] = self.judge(self.clients.judge, base, step, options, question)
             if self.clients.judge2 is not None:
-                step["judge2"] = self.judge(self.clients.judge2, base, step, options)
+                step["judge2"] = self.judge(self.clients.judge2, base, step, options, question)
             step["status"] = "judged"
             save()
             current = nxt
@@ -405,7 +414,7 @@ class Pipeline:
         new = step["requery"]["answer"]
         if (old["status"] == "unscored") != (new is None):
             return None  # read otherwise now: the step is made again
-        step["answer_changed"] = None if new is None else new != base["answer"]
+        step["answer_changed"] = None if new is None else not same_answer(new, base["answer"])
         for key in ("judge", "judge2"):
             if key in old:
                 step[key] = _verdict(old[key])
@@ -530,6 +539,19 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     return obj
+
+
+def options_text(options: list[str]) -> str:
+    """The options as the prompts show them; none: an open-ended question."""
+    return ", ".join(options) if options else "none given (open-ended: answer in a few words)"
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Whether two answers say the same (case, articles, punctuation and spacing ignored)."""
+    def norm(x: str) -> str:
+        return " ".join(w for w in re.sub(r"[^\w\s]", " ", x.lower()).split() if w not in ("a", "an", "the"))
+
+    return norm(a) == norm(b)
 
 
 def _with_reask(saved: dict[str, Any], parse: Any, usable: Any) -> dict[str, Any]:

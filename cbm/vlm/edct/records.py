@@ -175,8 +175,18 @@ def settings_parts(cfg: Any, clients: Any) -> dict[str, str]:
         "task": digest({"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k, "reask": cfg.reask}),
         "editor": digest({"editor": dict(cfg.editor), "segmenter": cfg.segmenter, "verify": dict(cfg.verify),
                           "verify_retries": cfg.verify_retries, "gate_exact_edits": cfg.gate_exact_edits}),
-        "data": digest({"data": dict(cfg.data), "split": cfg.items.split}),
+        "data": digest({"data": dict(cfg.data), "split": cfg.items.split} if cfg.items.source != "files" else
+                       {"files": files_fingerprint(cfg.items)}),
     }  # fmt: skip
+
+
+def files_fingerprint(items: Any) -> dict[str, Any]:
+    """What identifies file items: the path, format, shape and the sha256 of the index (the JSONL
+    file or an image folder's sidecar; a dataset's state file); each image is sealed in its record."""
+    p = Path(items.path)
+    index = p if p.is_file() else next((p / n for n in ("metadata.jsonl", "state.json", "dataset_info.json") if (p / n).is_file()), None)
+    sha = hashlib.sha256(index.read_bytes()).hexdigest() if index is not None else None
+    return {"path": str(p.resolve()), "format": items.format, "shape": items.shape, "index_sha256": sha}
 
 
 def run_id(parts: dict[str, Any]) -> str:

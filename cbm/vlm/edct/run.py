@@ -89,9 +89,34 @@ def sudoku_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     return named, list(cfg.options or CLASS_NAMES), editor, label_of
 
 
+def files_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
+    """Items read from files (photographs with their own questions, options and truths), the image
+    editor, and the truth of an original (unknown after an edit)."""
+    from cbm.vlm.edct.items import read_items
+    from cbm.vlm.editors import EditItem, make_editor
+    from cbm.vlm.images import load_image
+
+    found = read_items(cfg.items.path, cfg.items.format, cfg.items.shape)
+    positions = _positions(cfg, len(found))
+    named = []
+    for p in positions:
+        it = found[int(p)]
+        if isinstance(it.image, Path):
+            image = load_image(it.image, cfg.max_image_pixels, f"items ({it.id})")
+        else:
+            image = it.image.convert("RGB")
+        meta = {"question": it.question, "options": it.options, "truth": it.truth, "id": it.id}
+        named.append((f"file-{it.id}", EditItem(image, meta, "image")))
+
+    def label_of(meta: Any) -> str | None:
+        return meta.get("truth") if isinstance(meta, dict) else None
+
+    return named, list(cfg.options or []), make_editor(**free_editor(cfg)), label_of
+
+
 def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     out = Path(cfg.output_dir)
-    setup = {"robot": robot_setup, "sudoku": sudoku_setup}[cfg.items.source]
+    setup = {"robot": robot_setup, "sudoku": sudoku_setup, "files": files_setup}[cfg.items.source]
     items, options, editor, label_of = setup(cfg)
     clients = Clients(cfg, http_client=http_client)
     pipe = Pipeline(cfg, clients, editor, label_of)
