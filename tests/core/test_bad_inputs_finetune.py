@@ -137,7 +137,7 @@ JSONL += [
     ([M, f"data.jsonl={FT}/files/only_meta_list.jsonl"], "no usable row (2 bad: line 1: 'meta' must be an object, got list)"),
     ([M, f"data.jsonl={FT}/files/only_bomb.jsonl"], "no usable row (1 bad: line 1: image"),
     ([M, f"data.jsonl={FT}/files/empty.jsonl"], "no usable row (the file is empty)"),
-    ([M, f"data.jsonl={FT}/files/one_pair.jsonl"], "data: 1 pair(s) cannot be split into training and evaluation"),
+    ([M, f"data.jsonl={FT}/files/one_pair.jsonl"], "data: 1 original image(s) cannot be split into training and evaluation"),
     ([M, GOOD, "data.max_image_pixels=100"], "more than max_image_pixels=100 (refused undecoded)"),
 ]
 #: Online W&B without a key (only where this machine has none).

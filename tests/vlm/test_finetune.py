@@ -266,18 +266,19 @@ def test_synthetic_end_to_end_run_writes_table_and_heatmaps(tiny, tmp_path):
                          lora={"r": 8}, train={"epochs": 2, "batch_size": 4, "lr": 5e-3}, eval={"heatmaps": 1}, merge=True, progress=False)  # fmt: skip
     out = run(cfg)
     res = out["result"]
-    assert res["loss_last"] < res["loss_first"] and res["steps"] == 2 * 5  # ceil(18 rows / 4) per epoch
-    assert res["train_rows"] == 18 and res["eval_rows"] == 6  # 12 pairs: 9 to train, 3 held out (both splits of each)
+    assert res["loss_last"] < res["loss_first"] and res["steps"] == 2 * 4  # ceil(16 rows / 4) per epoch
+    # 12 pairs from 6 robots (two parts each): 2 robots held out with both their pairs, so no robot is in both splits
+    assert res["train_rows"] == 16 and res["eval_rows"] == 8
     for when in ("before", "after"):
         for split in ("original", "counterfactual"):
             s = res[when][split]
-            assert s["rows"] == 3 and 0 <= s["accuracy"] <= 1 and 0 <= s["localisation"] <= 1 and s["loss"] > 0
+            assert s["rows"] == 4 and 0 <= s["accuracy"] <= 1 and 0 <= s["localisation"] <= 1 and s["loss"] > 0
     assert set(res["mcnemar"]) == {"original", "counterfactual"} and set(res["original_vs_counterfactual"]) == {"before", "after"}
     d = tmp_path / "run"
-    assert "| counterfactual | 3 |" in (d / "results.md").read_text()
+    assert "| counterfactual | 4 |" in (d / "results.md").read_text()
     assert len(list((d / "heatmaps").glob("*.png"))) == 4  # one pair: original and counterfactual, before and after
     assert (d / "adapter" / "adapter_config.json").is_file() and (d / "csv" / "metrics.csv").is_file()
-    assert (d / "data" / "pairs.jsonl").is_file() and len((d / "per_row.csv").read_text().splitlines()) == 7
+    assert (d / "data" / "pairs.jsonl").is_file() and len((d / "per_row.csv").read_text().splitlines()) == 9
     # merge=true: the merged model computes what base + adapter computes
     from peft import PeftModel
 
@@ -416,3 +417,22 @@ def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkey
         except ValueError as err:
             assert "quant" in args[0] or "qlora" in " ".join(args), (args, err)
             assert "needs a CUDA GPU" in str(err) and not torch.cuda.is_available(), (args, err)
+
+
+def test_split_keeps_every_original_in_one_split(tmp_path):
+    """Several pairs from one original (EDCT steps of one photograph, robot parts) are held out
+    together: no original image is in both training and evaluation, on any seed."""
+    from cbm.vlm.finetune.data import split_pairs
+
+    rows = []
+    for item in range(10):
+        orig = str(tmp_path / f"item{item}.png")
+        for step in range(1 + item % 3):  # 1-3 pairs per original
+            pid = f"item{item}-step{step}"
+            rows += [QARow(orig, "q", "a", "original", pid), QARow(str(tmp_path / f"{pid}.png"), "q", "b", "counterfactual", pid)]
+    for seed in range(20):
+        train, held = split_pairs(rows, 0.3, seed)
+        assert {r.image for r in train if r.split == "original"}.isdisjoint({r.image for r in held if r.split == "original"})
+        assert len({r.image for r in held if r.split == "original"}) == 3 and len(train) + len(held) == len(rows)
+    with pytest.raises(ValueError, match="1 original image"):
+        split_pairs(rows[:2], 0.5, 0)

@@ -184,14 +184,22 @@ def load_rows(path: str | Path, on_bad: str = "skip", max_pixels: int = MAX_IMAG
 
 
 def split_pairs(rows: Sequence[QARow], eval_fraction: float, seed: int) -> tuple[list[QARow], list[QARow]]:
-    """Train / evaluation rows, split by ``pair_id`` (an original and its counterfactual stay together)."""
-    ids = sorted({r.pair_id for r in rows})
+    """Train / evaluation rows, split by original image: an original and its counterfactuals stay
+    together, and pairs that share an original (several edits of one photograph or robot) are held
+    out together, so no image the evaluation asks about was seen in training."""
+    group: dict[str, str] = {}  # pair_id -> the original image it starts from (else the pair itself)
+    for r in rows:
+        if r.split == "original":
+            group[r.pair_id] = str(Path(r.image).resolve()) if r.image else r.pair_id
+    for r in rows:
+        group.setdefault(r.pair_id, r.pair_id)
+    ids = sorted(set(group.values()))
     rng = np.random.default_rng(seed)
     n_eval = max(1, int(round(eval_fraction * len(ids))))
     if n_eval >= len(ids):
-        raise ValueError(f"data: {len(ids)} pair(s) cannot be split into training and evaluation (eval_fraction={eval_fraction})")
+        raise ValueError(f"data: {len(ids)} original image(s) cannot be split into training and evaluation (eval_fraction={eval_fraction})")
     held = set(rng.choice(ids, n_eval, replace=False).tolist())
-    return [r for r in rows if r.pair_id not in held], [r for r in rows if r.pair_id in held]
+    return [r for r in rows if group[r.pair_id] not in held], [r for r in rows if group[r.pair_id] in held]
 
 
 def write_rows(path: str | Path, rows: Iterable[QARow]) -> Path:
