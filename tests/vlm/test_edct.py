@@ -373,3 +373,21 @@ def test_sudoku_boards_with_the_exact_digit_editor(tmp_path, httpserver):
         make_cfg(tmp_path, httpserver, data={**SUDOKU, "block_size": 2, "corruption": "swaps"}, items={"source": "sudoku"})
     with pytest.raises(ValueError, match="the Sudoku editor edits 9x9 boards"):
         sudoku_items(data_config({**SUDOKU, "block_size": 2, "corruption": "swaps"}), "test", np.arange(2))
+
+
+def test_usage_adds_up_over_resumed_invocations(tmp_path, httpserver):
+    """A run resumed (here: extended from 3 to 6 items) reports this invocation's usage and the
+    run's total over every invocation; the ledger is written after each item."""
+    table, _ = expected_chain(6, tmp_path / "cache")
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    first = run(make_cfg(tmp_path, httpserver, items={"n": 3}))["result"]
+    assert first["usage_total"] == first["usage"] and first["usage"]["vlm"]["requests"] > 0
+    ledger = json.loads((tmp_path / "run" / "usage_total.json").read_text())
+    assert ledger["usage"] == first["usage"]
+    second = run(make_cfg(tmp_path, httpserver, items={"n": 6}))["result"]
+    u1, u2, tot = first["usage"]["vlm"], second["usage"]["vlm"], second["usage_total"]["vlm"]
+    assert tot["requests"] == u1["requests"] + u2["requests"] and u2["requests"] > 0
+    assert tot["prompt_tokens"] == u1["prompt_tokens"] + u2["prompt_tokens"] and tot["cost_usd"] == pytest.approx(u1["cost_usd"] + u2["cost_usd"])
+    assert "every invocation of this run" in (tmp_path / "run" / "results.md").read_text()
+    third = run(make_cfg(tmp_path, httpserver, items={"n": 6}))["result"]  # nothing left: nothing sent, the total kept
+    assert third["usage"]["vlm"]["requests"] == 0 and third["usage_total"]["vlm"]["requests"] == tot["requests"]

@@ -54,7 +54,7 @@ from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prom
 from cbm.vlm.images import load_image
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
-from synthetic.atomic import atomic_write
+from synthetic.atomic import atomic_write, write_json_atomic
 
 __all__ = ["Clients", "Pipeline", "load_segmenter", "parse_error_counts", "status_counts", "valid_record"]
 
@@ -81,6 +81,7 @@ class Clients:
         self.judge2 = make(cfg.judge2)
 
     def usage(self) -> dict[str, Any]:
+        """This invocation's requests, tokens and cost per client (cache hits cost nothing)."""
         seen, out = set(), {}
         for role in ("vlm", "llm", "judge", "judge2"):
             c = getattr(self, role)
@@ -88,6 +89,40 @@ class Clients:
                 seen.add(id(c))
                 out[role] = {"model": c.model, **c.usage.to_json()}
         return out
+
+
+#: The run's usage over every invocation (a resumed run adds to it), kept beside ``run.json``.
+LEDGER = "usage_total.json"
+_SUMMED = ("requests", "cache_hits", "retries", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s")
+
+
+def add_usage(base: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """Per role: ``base``'s counts plus ``now``'s (failures by kind too); a role in one only is kept."""
+    out = {role: dict(u) for role, u in base.items()}
+    for role, u in now.items():
+        b = out.get(role) or {}
+        merged = {**u, **{k: round(float(b.get(k, 0)) + float(u.get(k, 0)), 6) if k in ("cost_usd", "latency_s")
+                          else int(b.get(k, 0)) + int(u.get(k, 0)) for k in _SUMMED}}  # fmt: skip
+        fails = dict(b.get("failures") or {})
+        for kind, n in (u.get("failures") or {}).items():
+            fails[kind] = int(fails.get(kind, 0)) + int(n)
+        merged["failures"] = fails
+        out[role] = merged
+    return out
+
+
+def read_ledger(root: Path, run: str) -> dict[str, Any]:
+    """The usage of this run's earlier invocations (empty when there were none, the ledger is of
+    another run, or it cannot be read)."""
+    from cbm.vlm.sealed import read_json
+
+    try:
+        body = read_json(root / LEDGER)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(body, dict) or body.get("run") != run or not isinstance(body.get("usage"), dict):
+        return {}
+    return {k: v for k, v in body["usage"].items() if isinstance(v, dict)}
 
 
 def _sha256_of(path: Path) -> str | None:
@@ -315,6 +350,13 @@ class Pipeline:
             save()
             current = nxt
 
+    def usage_total(self) -> dict[str, Any]:
+        """The run's usage over every invocation: the ledger's earlier ones plus this one's."""
+        return add_usage(getattr(self, "usage_before", {}), self.clients.usage())
+
+    def write_ledger(self) -> None:
+        write_json_atomic(Path(self.cfg.output_dir) / LEDGER, {"run": self.run_id, "usage": self.usage_total()})
+
     def _restore(self, item: EditItem, step: dict, png: Path) -> EditItem | None:
         """The item as left by a finished step (resume): its saved image and, for synthetic items, its
         attribute row; ``None`` (the step is redone) when the image is not the one the step wrote
@@ -438,12 +480,14 @@ class Pipeline:
         out: dict[str, dict] = {}
         slugs([iid for iid, _ in items], "EDCT item ids")  # two items never share a folder
         check_run(self.cfg.output_dir, self.parts)  # a directory of a run with other settings: refused before any item
+        self.usage_before = read_ledger(Path(self.cfg.output_dir), self.run_id)
         show = progress_bar_wanted(self.cfg.progress)
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool, tqdm(total=len(items), desc="edct", disable=not show, leave=False) as bar:
             futures = {pool.submit(self.run_item, iid, it, options): iid for iid, it in items}
             for fut in as_completed(futures):
                 out[futures[fut]] = fut.result()
                 bar.update(1)
+                self.write_ledger()  # after every item: a killed run loses at most what was in flight
         return [out[iid] for iid, _ in items]
 
 

@@ -130,6 +130,7 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
         "scores": {k: (v.to_json() if isinstance(v, Estimate) else v) for k, v in summary.items()},
         "status": status_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
         "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
+        "usage_total": pipe.usage_total(),
     }  # fmt: skip
     write_json_atomic(out / "results.json", result)
     write_json_atomic(out / "usage.json", result["usage"])
@@ -158,4 +159,8 @@ def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str
     for role, u in result["usage"].items():
         lines.append(f"{role} ({u['model']}): {u['requests']} requests, {u['cache_hits']} cached, {u['prompt_tokens']:,} + "
                      f"{u['completion_tokens']:,} tokens, ${u['cost_usd']:.4f}")  # fmt: skip
+    for role, u in result.get("usage_total", {}).items():
+        if u != result["usage"].get(role):
+            lines.append(f"{role}, every invocation of this run: {u['requests']} requests, {u['prompt_tokens']:,} + "
+                         f"{u['completion_tokens']:,} tokens, ${u['cost_usd']:.4f}")  # fmt: skip
     return "\n".join(lines) + "\n"
