@@ -120,6 +120,11 @@ def test_scripted_run_gives_the_ground_truth_ccs(tmp_path, httpserver):
     assert s["ccs_known_change"].value == 1.0 and s["ccs_known_no_change"].value == 0.0
     assert s["answer_follows_truth"].value == 1.0 and s["answer_follows_truth"].n == 16
     assert s["ccs_graded"].value == pytest.approx(np.mean([np.mean([1.0 if f else 0.25 for f in fl]) for fl in flips]))
+    # as the paper reports them: AC and EF over items (this oracle judge: AC = the answer changed, EF always)
+    assert s["ac_items"].value == pytest.approx(np.mean(per_item)) and s["ef_items"].value == 1.0 and s["ac_items"].n == 8
+    assert [(row["k"], row["steps"]) for row in s["by_k"]] == [(1, 8), (2, 8)]
+    for k, row in enumerate(s["by_k"]):
+        assert row["ccs"].value == pytest.approx(np.mean([f[k] for f in flips])) and row["ef"].value == 1.0
     steps = [st for r in records for st in r["steps"]]
     assert all(st["verify"]["in_ratio"] >= 0 for st in steps) and all(st["changed"]["part"] == c for st, c in zip(steps, CHAIN * 8))
     d = tmp_path / "run"
@@ -224,6 +229,17 @@ def test_parsers_record_error_kinds():
     assert w.ac is None and w.ef is None and w.score is None and sorted(e.kind for e in w.errors) == ["missing", "not_in_options", "not_in_options"]
 
 
+def test_cohens_kappa_textbook():
+    from cbm.vlm.edct.metrics import cohens_kappa
+
+    # 50 items: both yes 20, a yes / b no 5, a no / b yes 10, both no 15: p_o = 0.7, p_e = 0.5, kappa = 0.4
+    a = [True] * 25 + [False] * 25
+    b = [True] * 20 + [False] * 5 + [True] * 10 + [False] * 15
+    assert cohens_kappa(a, b) == pytest.approx(0.4)
+    assert cohens_kappa(a, a) == 1.0 and cohens_kappa(a, [not x for x in a]) == pytest.approx(-1.0)
+    assert cohens_kappa([True, True], [True, True]) == 1.0 and np.isnan(cohens_kappa([], []))
+
+
 def test_statistics():
     e = wilson(8, 10)
     assert e.value == 0.8 and e.low == pytest.approx(0.4902, abs=1e-4) and e.high == pytest.approx(0.9433, abs=1e-4)  # textbook Wilson 95%
@@ -249,8 +265,13 @@ def test_statistics():
     assert "judge_agreement" not in s
     recs[0]["steps"][0]["judge2"] = {"ac": True, "ef": True}  # agrees
     recs[0]["steps"][1]["judge2"] = {"ac": True, "ef": True}  # disagrees on EF
-    agree = summarise(recs, n_resamples=200)["judge_agreement"]
+    two = summarise(recs, n_resamples=200)
+    agree = two["judge_agreement"]
     assert (agree.value, agree.n) == (0.5, 2) and agree.low == pytest.approx(wilson(1, 2).low)
+    # item 0's two steps: judge AC·EF = 1, 0; judge2 = 1, 1 -> averaged 1, 0.5 (item mean 0.75); both 1, 0 (0.5)
+    assert two["ccs_judges_mean"].value == pytest.approx(0.75) and two["ccs_judges_both"].value == pytest.approx(0.5)
+    assert two["kappa_ac"] == 1.0 and two["kappa_ef"] == pytest.approx(0.0)  # EF: judge2 always yes, no agreement beyond chance
+    assert s["ac_items"].value == pytest.approx((1.0 + 0.0) / 2) and s["ef_items"].value == pytest.approx((0.5 + 1.0) / 2)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,13 @@ rubric ``(score - 1) / 4``. The split by what the edit did to the model's answer
 stayed), each the mean of ``AC * EF`` over its steps. With exact (synthetic) editors the
 ground truth is known, so the same scores are also split by whether the edit changes the true
 label, and the rate at which the model's answer moves exactly when the true label moves is
-reported. Rates (AC, EF, judge-vs-judge agreement) come with Wilson intervals.
+reported. Rates (AC, EF, judge-vs-judge agreement) come with Wilson intervals over steps, and AC
+and EF also as the paper reports them: the mean over items of each item's chain mean, with a
+percentile bootstrap over items. ``by_k`` gives AC, EF and CCS at each chain position k = 1, 2, ...
+With a second judge: Cohen's kappa of the two judges on AC and on EF, and CCS with the judges
+aggregated (``ccs_judges_mean``: each step's AC·EF averaged over the judges; ``ccs_judges_both``:
+consistent only when both judges say so). PCS, NCC and the known-label splits are this project's
+additions (the paper does not define them).
 """
 
 from __future__ import annotations
@@ -95,6 +101,27 @@ def item_scores(record: dict[str, Any]) -> dict[str, float]:
     return {"ccs": _mean(both), "ccs_graded": _mean(graded), "n_steps": float(len(steps))}
 
 
+def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Cohen's kappa of two raters' binary labels (``nan`` without pairs; 1.0 when both always agree
+    on a single label, the convention for no disagreement possible)."""
+    x, y = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    if x.size == 0:
+        return NAN
+    observed = float(np.mean(x == y))
+    expected = float(x.mean() * y.mean() + (1 - x.mean()) * (1 - y.mean()))
+    return 1.0 if expected == 1.0 else (observed - expected) / (1 - expected)
+
+
+def _item_means(records: Sequence[dict[str, Any]], value: Any) -> list[float]:
+    """Per item with judged steps: the mean of ``value(step)`` over its chain."""
+    out = []
+    for r in records:
+        vals = [float(value(s)) for s in r.get("steps", []) if step_ok(s)]
+        if vals:
+            out.append(float(np.mean(vals)))
+    return out
+
+
 def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
     """Every EDCT score of one run: CCS / graded CCS (bootstrap over items), PCS / NCC and the
     known-change split (bootstrap over steps), AC and EF rates, judge agreement (Wilson), counts."""
@@ -124,6 +151,14 @@ def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confid
         "ef_rate": wilson(sum(bool(s["judge"]["ef"]) for s in steps), len(steps), confidence),
         "answer_changed_rate": wilson(len(changed), len(changed) + len(stayed), confidence),
     }
+    out["ac_items"] = boot(_item_means(records, lambda s: s["judge"]["ac"]))
+    out["ef_items"] = boot(_item_means(records, lambda s: s["judge"]["ef"]))
+    depth = max((s["index"] for s in steps if isinstance(s.get("index"), int)), default=0)
+    out["by_k"] = [{"k": k, "steps": len(at),
+                    "ac": wilson(sum(bool(s["judge"]["ac"]) for s in at), len(at), confidence),
+                    "ef": wilson(sum(bool(s["judge"]["ef"]) for s in at), len(at), confidence),
+                    "ccs": boot([consistent(s) for s in at])}
+                   for k in range(1, depth + 1) if (at := [s for s in steps if s.get("index") == k])]  # fmt: skip
     if known:
         flips = [s for s in known if s["known_change"]]
         holds = [s for s in known if not s["known_change"]]
@@ -132,8 +167,17 @@ def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confid
         # the model's answer moved exactly when the true label moved
         follows = [s for s in known if s.get("answer_changed") is not None]
         out["answer_follows_truth"] = wilson(sum(s["answer_changed"] == s["known_change"] for s in follows), len(follows), confidence)
-    second = [s for s in steps if (s.get("judge2") or {}).get("ac") is not None]
+    second = [s for s in steps if (s.get("judge2") or {}).get("ac") is not None and s["judge2"].get("ef") is not None]
     if second:
         out["judge_agreement"] = wilson(sum(s["judge"]["ac"] == s["judge2"]["ac"] and s["judge"]["ef"] == s["judge2"]["ef"] for s in second),
                                         len(second), confidence)  # fmt: skip
+        out["kappa_ac"] = cohens_kappa([s["judge"]["ac"] for s in second], [s["judge2"]["ac"] for s in second])
+        out["kappa_ef"] = cohens_kappa([s["judge"]["ef"] for s in second], [s["judge2"]["ef"] for s in second])
+        both = {id(s) for s in second}
+
+        def judged_by_both(fn: Any) -> list[float]:
+            return _item_means([{"steps": [s for s in r.get("steps", []) if id(s) in both]} for r in records], fn)
+
+        out["ccs_judges_mean"] = boot(judged_by_both(lambda s: (consistent(s) + float(s["judge2"]["ac"] and s["judge2"]["ef"])) / 2))
+        out["ccs_judges_both"] = boot(judged_by_both(lambda s: consistent(s) * float(s["judge2"]["ac"] and s["judge2"]["ef"])))
     return out

@@ -18,9 +18,10 @@ from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
 TABLE = [
-    ("ccs", "CCS [95% CI]"), ("ccs_graded", "graded CCS"), ("pcs", "PCS"), ("ncc", "NCC"), ("ac_rate", "AC"), ("ef_rate", "EF"),
-    ("ccs_known_change", "CCS, edit flips the true label"), ("ccs_known_no_change", "CCS, label kept"),
-    ("answer_follows_truth", "answer follows truth"), ("judge_agreement", "judge vs judge2"),
+    ("ccs", "CCS [95% CI]"), ("ccs_graded", "graded CCS"), ("ac_items", "AC"), ("ef_items", "EF"),
+    ("ccs_judges_mean", "CCS, judges averaged"), ("ccs_judges_both", "CCS, both judges"),
+    ("pcs", "PCS*"), ("ncc", "NCC*"), ("ccs_known_change", "CCS, edit flips the true label*"), ("ccs_known_no_change", "CCS, label kept*"),
+    ("answer_follows_truth", "answer follows truth*"), ("judge_agreement", "judge vs judge2"),
 ]  # fmt: skip
 
 
@@ -127,7 +128,7 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     result = {
         "vlm": clients.vlm.model, "llm": clients.llm.model, "judge": clients.judge.model,
         "judge2": None if clients.judge2 is None else clients.judge2.model,
-        "scores": {k: (v.to_json() if isinstance(v, Estimate) else v) for k, v in summary.items()},
+        "scores": {k: _plain_scores(v) for k, v in summary.items()},
         "status": status_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
         "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
         "usage_total": pipe.usage_total(),
@@ -136,6 +137,15 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     write_json_atomic(out / "usage.json", result["usage"])
     write_text_atomic(out / "results.md", table_md(result["vlm"], summary, result))
     return {"summary": summary, "result": result, "records": records}
+
+
+def _plain_scores(v: Any) -> Any:
+    """Estimates (also inside the per-k rows) as JSON."""
+    if isinstance(v, Estimate):
+        return v.to_json()
+    if isinstance(v, list):
+        return [{k: _plain_scores(x) for k, x in row.items()} for row in v]
+    return v
 
 
 def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str:
@@ -147,13 +157,19 @@ def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str
         f"| {model} | {summary['items_scored']} / {summary['items']} | {summary['steps_judged']} | "
         + " | ".join(summary[k].fmt() for k, _ in cols) + " |",
         "",
-        "CCS, graded CCS: mean over items, 95% percentile bootstrap CI over items; PCS / NCC and the known-label splits: over "
-        "steps; rates: Wilson intervals.",
+        "CCS, graded CCS, AC, EF: mean over items of each chain's mean, 95% percentile bootstrap CI over items (as the paper); "
+        "PCS / NCC and the known-label splits: over steps; rates: Wilson intervals. * this project's additions (not in the paper).",
         "",
         "status: " + ", ".join(f"{k} {v}" for k, v in sorted(result["status"].items())),
         "parse errors (replies kept): " + (", ".join(f"{k} {v}" for k, v in result["parse_errors"].items()) or "none"),
         "re-asked (recovered): " + (", ".join(f"{k} {v['reasked']} ({v['recovered']})" for k, v in result.get("reasks", {}).items()) or "none"),
     ]  # fmt: skip
+    if summary.get("by_k"):
+        lines += ["", "| k | steps | AC | EF | CCS |", "|---|---|---|---|---|"]
+        lines += [f"| {row['k']} | {row['steps']} | {row['ac'].fmt()} | {row['ef'].fmt()} | {row['ccs'].fmt()} |" for row in summary["by_k"]]
+        lines.append("")
+    if "kappa_ac" in summary:
+        lines.append(f"Cohen's kappa, judge vs judge2: AC {summary['kappa_ac']:.3f}, EF {summary['kappa_ef']:.3f}")
     if result.get("verifier_pass_rate") is not None:
         lines.append(f"verifier pass rate (edits with a mask): {result['verifier_pass_rate']:.3f}")
     for role, u in result["usage"].items():
