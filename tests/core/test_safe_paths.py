@@ -317,7 +317,7 @@ def edct_item(run: Path, bad: str) -> None:
 
     p = object.__new__(Pipeline)
     p.root, p.cfg, p.label_of = run / "items", SimpleNamespace(question="q"), None
-    p.ask_vlm = lambda image, options: {"answer": None, "explanation": None, "reply": "", "errors": []}
+    p.ask_vlm = lambda image, options, question=None: {"answer": None, "explanation": None, "reply": "", "errors": []}
     rec = p.run_item(bad, EditItem(Image.new("RGB", (4, 4)), None, "image"), ["a", "b"])
     assert rec["id"] == bad and rec["status"] == "baseline_unparsed"
     assert len(list((run / "items").glob("*/record.json"))) == 1
