@@ -361,7 +361,7 @@ def test_a_run_whose_adapter_cannot_be_saved_keeps_its_results_and_says_so_in_on
     import subprocess
     import sys
 
-    jsonl = write_rows(tmp_path / "rows.jsonl", pairs[:8])  # 4 pairs: 3 to train, 1 held out
+    jsonl = write_rows(tmp_path / "rows.jsonl", pairs[:8])  # 4 pairs of 2 robots: one robot (its 2 pairs) held out
     run_dir = tmp_path / "run"
     exe = Path(sys.executable).parent / "cbm-finetune"
     args = [f"model.path={tiny}", f"data.jsonl={jsonl}", "lora.r=64", "train.epochs=1", "eval.before=false", "eval.localise=false",
@@ -372,7 +372,7 @@ def test_a_run_whose_adapter_cannot_be_saved_keeps_its_results_and_says_so_in_on
     assert res.returncode == 2 and err and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert err[-1].startswith(f"cbm-finetune: error: results written to {run_dir}; the adapter could not be saved: ")
     assert "file too large" in err[-1]
-    assert json.loads((run_dir / "results.json").read_text())["eval_rows"] == 2
+    assert json.loads((run_dir / "results.json").read_text())["eval_rows"] == 4
     assert (run_dir / "results.md").is_file() and (run_dir / "per_row.csv").is_file()
     assert not (run_dir / "adapter").exists() and not list(run_dir.glob(".adapter*"))
 
