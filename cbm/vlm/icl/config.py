@@ -39,9 +39,14 @@ class JudgeOptions:
     global_discriminativeness: bool = False  # one more judge request per trial, with every class of the dataset
     reproducibility_repeats: int = 0  # extra sampled runs per trial (E3-E5) for Explanation Reproducibility
     reproducibility_temperature: float = 0.7
+    #: Conditions whose explanations are judged: E1 asks for no explanation (the paper judges E2-E5)
+    conditions: list[str] = field(default_factory=lambda: ["E2", "E3", "E4", "E5"])
 
     def __post_init__(self) -> None:
         check_fields(self, "judge_options.")
+        odd = [c for c in self.conditions if c not in CONDITION_TAGS] if isinstance(self.conditions, list) else None
+        if odd is None or odd or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(f"judge_options.conditions: distinct conditions from {', '.join(CONDITION_TAGS)}, got {self.conditions!r}")
         if not (self.reproducibility_repeats == 0 or 2 <= self.reproducibility_repeats <= 100):
             raise ValueError("judge_options.reproducibility_repeats: 0 (off) or >= 2 repeated runs (at most 100)")
         if not 0.0 < self.reproducibility_temperature <= 2.0:

@@ -364,6 +364,7 @@ class Study:
     def _judge(self, trials: list[Trial], recs: dict[str, dict[str, Any]], key: str, build: Any,
                metrics: Sequence[str] = METRICS, need_response: bool = False) -> None:  # fmt: skip
         todo = [t for t in trials if recs[t.id].get("status") == "answered" and not recs[t.id].get(key, {}).get("complete")
+                and t.condition in self.cfg.judge_options.conditions
                 and (not need_response or recs[t.id]["parsed"]["response"] is not None)]  # fmt: skip
         replies = self._map(self.judge, [build(t, recs[t.id]) for t in todo], key)
         for t, rep in zip(todo, replies):
