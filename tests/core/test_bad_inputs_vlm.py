@@ -191,6 +191,9 @@ ICL_SETTINGS = [
     ("prompts.instructions=5", "prompts.instructions: must be a mapping condition -> text, got int", SLOW),
     ("+prompts.instructions.E9=x", "prompts.instructions: unknown condition(s) ['E9']", SLOW),
     ("+prompts.secret=x", "prompts: unknown template(s) ['secret']", SLOW),
+    ("judge_options.conditions=[E9]", "judge_options.conditions: distinct conditions from E1, E2, E3, E4, E5, got ['E9']"),
+    ("judge_options.conditions=[E2,E2]", "judge_options.conditions: distinct conditions from E1, E2, E3, E4, E5, got ['E2', 'E2']", SLOW),
+    ("reask=2", "reask: must be 0 or 1 (re-asks of an unreadable reply), got 2", SLOW),
 ]
 
 # ------------------------------------------------------------------ cbm-icl: files (the dataset is loaded first)
@@ -304,6 +307,7 @@ EDCT_CASES = [
     (["items.source=files", "items.path=@VLM/files/escape.jsonl"], "editor.kind: photographs need an image editor", SLOW),
     (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.format=pdf"], "items.format: unknown format 'pdf'", SLOW),
     (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.shape=vqav2"], "items.shape: unknown shape 'vqav2'", SLOW),
+    ("reask=yes", "reask: must be", SLOW),
 ]
 
 
