@@ -104,7 +104,8 @@ def bomb_png(path: Path, side: int = 20_000) -> Path:
 
 
 def _row(i: int, split: str, **kw) -> dict:
-    return {"image": "ok.png", "question": "Does this robot have knees?", "answer": "yes" if split == "original" else "no",
+    return {"image": "ok.png" if split == "counterfactual" else f"ok{i}.png", "question": "Does this robot have knees?",
+            "answer": "yes" if split == "original" else "no",
             "split": split, "pair_id": f"p{i}", "mask": "mask.png", **kw}  # fmt: skip
 
 
@@ -203,6 +204,8 @@ def ffx(tmp_path_factory) -> Path:
     (f / "adapter" / "adapter_config.json").write_text("{}")
     noise = Image.effect_noise((64, 64), 60).convert("RGB")
     noise.save(f / "ok.png")
+    for i in (0, 1, 2, 9):  # each pair's original its own image: the split goes by original image (9: the bad lines)
+        noise.save(f / f"ok{i}.png")
     Image.new("L", (64, 64), 255).save(f / "mask.png")
     Image.new("L", (8, 8), 255).save(f / "small_mask.png")
     Image.new("RGB", (300, 1)).save(f / "wide.png")  # a 300:1 aspect ratio Qwen2-VL's processor cannot tile
