@@ -200,6 +200,20 @@ def unclosed_value(raw: str, tag: str) -> str | None:
     return value or None
 
 
+def tolerant_value(reply: str, tag: str, label: str | None = None) -> tuple[TagResult, str | None]:
+    """``parse_tag``'s result and the value read from it: the tag's text; for an unclosed tag the
+    text to the line end; for a missing one a tag whose name contains it or a labelled line; else
+    ``None`` (a conflicting or empty tag has no value)."""
+    found = parse_tag(reply, tag)
+    if found.ok:
+        return found, found.value
+    if found.error.kind == "unclosed":
+        return found, unclosed_value(reply, tag)
+    if found.error.kind == "missing":
+        return found, _untagged_value(reply, tag, label)
+    return found, None
+
+
 def _missing(found: TagResult, raw: str) -> TagResult:
     """A missing value: ``refused`` when the reply declines to answer, else the parse's own error."""
     if found.error is not None and found.error.kind == "missing" and REFUSAL.search(clean_reply(raw)):
@@ -215,13 +229,8 @@ def parse_choice(reply: str | None, tag: str, options: Iterable[str], aliases: M
     whole reply when it names exactly one option and no negated one (a bare "Glorp." or a sentence)."""
     raw = reply or ""
     opts = list(options)
-    found = parse_tag(raw, tag)
-    value = found.value
+    found, value = tolerant_value(raw, tag, label)
     if not found.ok:
-        if found.error.kind == "unclosed":
-            value = unclosed_value(raw, tag)
-        elif found.error.kind == "missing":
-            value = _untagged_value(raw, tag, label)
         if value is None and found.error.kind == "missing" and free_text:
             body = clean_reply(raw).strip()
             if body and not re.search(r"<\s*/?\s*[A-Za-z_][\w-]*[^<>]*>", body):  # prose, not other tags
@@ -266,15 +275,9 @@ def parse_score(reply: str | None, tag: str, lo: int = 1, hi: int = 5, *, label:
     """An integer ``lo..hi`` from ``<tag>`` (or a ``label: 4`` line when the tag is missing), read by
     :func:`read_score`; the value is the score's text (``"4"``)."""
     raw = reply or ""
-    found = parse_tag(raw, tag)
-    value = found.value
-    if not found.ok:
-        if found.error.kind == "unclosed":
-            value = unclosed_value(raw, tag)
-        elif found.error.kind == "missing":
-            value = _untagged_value(raw, tag, label)
-        if value is None:
-            return _missing(found, raw)
+    found, value = tolerant_value(raw, tag, label)
+    if value is None:
+        return _missing(found, raw)
     score, why = read_score(value, lo, hi)
     if score is None:
         return TagResult(None, ParseError("not_in_options", f"<{tag}> {why}"), raw)

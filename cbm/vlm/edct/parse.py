@@ -18,6 +18,7 @@ from cbm.vlm.tags import (
     parse_score,
     parse_tag,
     plain_text,
+    tolerant_value,
     unclosed_value,
 )
 
@@ -67,13 +68,7 @@ def parse_answer(reply: str, options: Sequence[str]) -> Answer:
 def parse_free(reply: str, tag: str) -> TagResult:
     """An open-ended answer: the tag's text (markup and quotes removed), an unclosed tag's line, or an
     ``Answer:`` line; a refusal is ``refused``."""
-    found = parse_tag(reply, tag)
-    value = found.value
-    if found.error is not None:
-        if found.error.kind == "unclosed":
-            value = unclosed_value(reply, tag)
-        elif found.error.kind == "missing":
-            value = labelled_value(clean_reply(reply), tag)
+    found, value = tolerant_value(reply or "", tag)
     if value is not None and plain_text(value) and not REFUSAL.search(value):
         return TagResult(plain_text(value), None, reply or "")
     if value is not None and REFUSAL.search(value) or (found.error is not None and REFUSAL.search(clean_reply(reply))):
