@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import shutil
 import statistics
 from pathlib import Path
 
@@ -200,34 +198,17 @@ def report_inputs(root: Path) -> tuple[list, list, list]:
     return _cells(root, manifest, "intervene", "results.json"), _cells(root, manifest, "automate", "automation.json"), runs
 
 
-def smoke(tmp_path_factory, shared_cache, preset: str, *overrides: str) -> Path:
-    """``preset`` run with ``overrides`` (under ``$CBM_SMOKE_EXPERIMENTS/<preset>_diagnostics`` when set)."""
-    from test_experiment import SMOKE_OUT, run_experiment
-
-    tmp = tmp_path_factory.mktemp(preset)
-    root = Path(os.environ[SMOKE_OUT]) / f"{preset}_diagnostics" if os.environ.get(SMOKE_OUT) else tmp / "exp"
-    shutil.rmtree(root, ignore_errors=True)
-    proc = run_experiment(tmp, shared_cache, f"+experiment={preset}", *overrides, out=root)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return root
-
-
-#: The decision-support smoke run trimmed to its hard CBM, with the self intervener, per-example
-#: predictions and an automation stage (true and llm concept sets).
-ROBOT = ["intervene.intervener=[oracle,expert,self]", "intervene.policy=[random,uncertainty]", "select.models=[blackbox,cbm]",
-         "intervene.overrides=[intervener.expert.accuracy=0.8,per_example=true]", "++automate={ks:[0,max],method:empirical}"]  # fmt: skip
-
-
-@pytest.mark.slow
-def test_diagnostics_of_a_decision_support_smoke_experiment(tmp_path_factory, shared_cache):
-    root = smoke(tmp_path_factory, shared_cache, "robot_decision_support_smoke", *ROBOT)
+def check_decision_support_diagnostics(root: Path) -> None:
+    """The diagnostics of a ``robot_decision_support_smoke`` experiment (hard CBM, self intervener,
+    per-example predictions, an automation stage; true and llm concept sets) against its stored
+    results. Called by the smoke-preset test on the experiment it ran (one run serves both)."""
     inter, auto, runs_ = report_inputs(root)
     out = {d.name: d for d in dg.write_diagnostics(root, inter, auto, runs_, root / "diagnostics")}
     assert set(out) == {"diag_per_concept_true", "diag_per_concept_llm", "diag_answer_reliance", "diag_confidence_true",
                         "diag_confidence_llm", "diag_intervention_heatmap", "diag_concept_sets"}  # fmt: skip
     metrics = {(r["_setting"], r["model"]): r for r in runs_}
-    heat = {(r["intervener"], r["setting"]): r for r in read_csv(out["diag_intervention_heatmap"].csv)}
-    for cell in inter:
+    heat = {(r["intervener"], r["model"], r["setting"]): r for r in read_csv(out["diag_intervention_heatmap"].csv)}
+    for cell in (c for c in inter if c["model"] == "cbm"):  # the hard CBM (the other models' cells feed the same figures)
         setting, res = cell["setting"], cell["_results"]
         rows = {(r["intervener"], r["policy"], r["k"]): r for r in res["rows"]}
         m = len(res["meta"]["concepts"])
@@ -243,15 +224,15 @@ def test_diagnostics_of_a_decision_support_smoke_experiment(tmp_path_factory, sh
                 assert all(float(r["intervener_accuracy"]) == 1.0 for r in sel if float(r["requested"]) > 0)
         for iv in ("oracle", "expert", "self"):  # heatmap cells: the results rows' differences (one seed)
             want = rows[iv, "random", m]["accuracy"] - rows[iv, "random", 0]["accuracy"]
-            assert float(heat[iv, setting]["delta"]) == pytest.approx(want, abs=1e-9)
+            assert float(heat[iv, "cbm", setting]["delta"]) == pytest.approx(want, abs=1e-9)
         # the hard CBM's own answers change no prediction, at any budget
         per_ex = torch.load(Path(cell["dir"]) / "per_example.pt")
-        for pol in ("random", "uncertainty"):
+        for pol in {r["policy"] for r in res["rows"] if r["intervener"] == "self"}:
             for k in res["meta"]["ks"]:
                 assert torch.equal(per_ex[f"self/{pol}/{k}"]["pred"], per_ex[f"self/{pol}/0"]["pred"]), (setting, pol, k)
                 assert rows["self", pol, k]["accuracy"] == rows["self", pol, 0]["accuracy"]
     for r in read_csv(out["diag_answer_reliance"].csv):
-        if r["intervener"] == "self":
+        if r["intervener"] == "self" and r["model"] == "cbm":
             assert float(r["delta"]) == 0.0
     for cell in auto:  # the confidence histograms hold every test example once
         conf, n = cell["_results"]["confidence"], cell["_results"]["results"][0]["n"]
@@ -262,19 +243,24 @@ def test_diagnostics_of_a_decision_support_smoke_experiment(tmp_path_factory, sh
     assert {r["concept_set"] for r in sets} == {"true", "llm"}
 
 
-@pytest.mark.slow
-def test_diagnostics_of_an_alignment_smoke_experiment(tmp_path_factory, shared_cache):
-    root = smoke(tmp_path_factory, shared_cache, "alignment_smoke", "seeds=[0]")  # one seed: cells compare exactly
+def check_alignment_diagnostics(root: Path) -> None:
+    """The alignment figure's data of an ``alignment_smoke`` experiment: each model's accuracy at
+    k = 0 and k = max is the mean over its seeds' cells. Called by the smoke-preset test."""
     inter, auto, runs_ = report_inputs(root)
     out = {d.name: d for d in dg.write_diagnostics(root, inter, auto, runs_, root / "diagnostics")}
     assert "diag_alignment" in out and "diag_concept_sets" not in out and "diag_answer_reliance" not in out
     align = {(r["model"], r["k"]): r for r in read_csv(out["diag_alignment"].csv)}
     assert align["cbm_aligned", "0"]["role"] == "constrained" and align["cbm", "0"]["role"] == "unconstrained"
+    cells: dict[tuple[str, str], dict[int, float]] = {}  # (model, k) -> seed -> accuracy
     for cell in inter:
         res = cell["_results"]
         m = len(res["meta"]["concepts"])
         for k in (0, m):
             row = next(r for r in res["rows"] if (r["intervener"], r["policy"], r["k"]) == ("oracle", "random", k))
-            assert float(align[cell["model"], "max" if k == m else "0"]["accuracy"]) == pytest.approx(row["accuracy"], abs=1e-9)
-    assert float(align["blackbox", "0"]["accuracy"]) == pytest.approx(inter[0]["_results"]["blackbox_accuracy"], abs=1e-9)
+            cells.setdefault((cell["model"], "max" if k == m else "0"), {})[cell["seed"]] = row["accuracy"]
+        cells.setdefault(("blackbox", "0"), {})[cell["seed"]] = res["blackbox_accuracy"]  # each cell of a seed: its black box
+    assert set(cells) == set(align)
+    for key, by_seed in cells.items():
+        assert float(align[key]["accuracy"]) == pytest.approx(statistics.fmean(by_seed.values()), abs=1e-9), key
+        assert int(align[key]["seeds"]) == len(by_seed) == 2, key
 

@@ -309,6 +309,10 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
             knees = ck["hyper_parameters"]["data"]["concept_names"].index("knees")
             assert ok(float(w[1, knees] - w[0, knees])), (model, w)
         assert "| 89.8 | 90.7 |" in (root / "report.md").read_text()  # the paper's means beside ours
+    if preset in ("robot_decision_support_smoke", "alignment_smoke"):  # the diagnostics' data against the stored results
+        from test_diagnostics import check_alignment_diagnostics, check_decision_support_diagnostics
+
+        (check_decision_support_diagnostics if preset == "robot_decision_support_smoke" else check_alignment_diagnostics)(root)
     if preset == "alignment_smoke":  # two seeds: constrained - unconstrained paired per seed, with an interval
         pairs = [r for r in report["paired differences"] if r["comparison"] == "model cbm_aligned - cbm"]
         assert pairs and all(r["seeds"] == 2 and "[" in r["difference (points) [95% CI]"] for r in pairs)

@@ -68,7 +68,7 @@ def all_examples() -> list:
 README = Path(__file__).parents[2] / "README.md"
 #: Placeholder shapes the README uses in prose (``cbm-train ... data_storage=disk``) or for a user's
 #: own file, never meant to run as written.
-NOT_COMMANDS = ("...", "<cell>", "+experiment=mine")
+NOT_COMMANDS = ("...", "<cell>", "<preset>", "+experiment=mine")
 
 
 def readme_lines(text: str) -> list[str]:
@@ -133,8 +133,9 @@ def write_pairs(path: Path) -> None:
 
     from cbm.vlm.finetune.data import SPLITS
 
-    Image.new("RGB", (32, 32), (200, 100, 50)).save(path.parent / "robot.png")
-    rows = [{"image": "robot.png", "question": "Is it a Glorp?", "answer": answer, "split": split, "pair_id": f"p{i}"}
+    for i in range(4):  # each pair its own original image: the evaluation split goes by original image
+        Image.new("RGB", (32, 32), (200, 100, 50 * i)).save(path.parent / f"robot{i}.png")
+    rows = [{"image": f"robot{i}.png", "question": "Is it a Glorp?", "answer": answer, "split": split, "pair_id": f"p{i}"}
             for i in range(4) for split, answer in zip(SPLITS, ("yes", "no"))]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 

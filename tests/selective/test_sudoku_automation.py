@@ -3,8 +3,8 @@ calibration split, reaches >= 95% selective accuracy on the test split.
 
 Slow (trains the ``cbm_sudoku`` preset on rendered boards, ~1-3 min on a CPU); run with
 ``pytest -m slow``. Splits are smaller than the ``sudoku_50px`` defaults (5,500 boards of
-453x453x3 are 3.4 GB) and the same as tests/models/test_sudoku_encoder.py, so the two share
-one cache entry; ``CBM_CACHE_DIR`` reuses generated boards between runs.
+453x453x3 are 3.4 GB); ``CBM_CACHE_DIR`` reuses generated boards between runs. The trained
+model's concept and task accuracy are checked here too (one training, two acceptance checks).
 """
 
 import os
@@ -48,6 +48,7 @@ def test_calibrated_sudoku_50px_cbm_reaches_the_target_on_test(tmp_path):
             ],
         )
     metrics = train_run(cfg)
+    assert metrics["test/concept_acc"] >= 0.99, metrics  # the cell reader reads the 27 checks
     assert metrics["test/task_acc"] >= 0.97, metrics
 
     model, dm, _ = load_run(run_dir, CACHE)
