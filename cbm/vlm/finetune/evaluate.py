@@ -132,7 +132,10 @@ LAYOUTS: dict[str, Callable[[torch.Tensor, dict[str, torch.Tensor], Any], ImageL
 
 def image_layout(batch: dict[str, torch.Tensor], config: Any, image_token_id: int | None) -> ImageLayout:
     """The layout of the first row's image tokens in ``batch``; :class:`LayoutError` (one line) when
-    it cannot be determined."""
+    it cannot be determined. The grid spans the image as the vision tower saw it: the mask is pooled
+    onto it whole, exact for images the processor resizes (every built set is square); an image it
+    center-crops (LLaVA's CLIP) or pads (Idefics3's global image of a non-square photo) is mapped
+    onto the crop / the padded canvas as if it filled it."""
     if image_token_id is None:
         raise LayoutError(f"localisation: the model config ({getattr(config, 'model_type', '?')}) names no image token id")
     img = (batch["input_ids"][0] == image_token_id).nonzero(as_tuple=True)[0]
