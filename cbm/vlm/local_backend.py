@@ -1,6 +1,7 @@
 """Local Hugging Face vision-language models through the same interface as hosted ones: the
-model directory's processor and chat template, ``generate`` (greedy at temperature 0), the new
-tokens decoded. Loads from disk only (``local_files_only``): no downloads."""
+model directory's processor and its family's prompt format (the chat template, or PaliGemma's
+prefix: :mod:`cbm.vlm.prompt_format`), ``generate`` (greedy at temperature 0), the new tokens
+decoded. Loads from disk only (``local_files_only``): no downloads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.messages import decode_image_part
+from cbm.vlm.prompt_format import prompt_format
 from cbm.vlm.reply import ChatError, Reply
 
 
@@ -53,6 +55,7 @@ class LocalHFBackend:
             self.processor = AutoProcessor.from_pretrained(path, local_files_only=True)
             dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
             self.net = AutoModelForImageTextToText.from_pretrained(path, local_files_only=True, dtype=dtype)
+            self.format = prompt_format(self.processor, "its processor")
         except (OSError, ValueError, KeyError) as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ValueError(f"client.model: cannot load a vision-language model from '{path}': {first}") from None
@@ -61,10 +64,12 @@ class LocalHFBackend:
         self.device = device
         self._lock = threading.Lock()
 
-    def _inputs(self, messages: list[dict[str, Any]], prefix: str = "", continuation: str = "") -> Any:
+    def _inputs(self, messages: list[dict[str, Any]], *appended: str) -> Any:
+        """The prompt's inputs with each of ``appended`` (the reply's fixed start, an option)
+        tokenized on its own after it."""
         hf_messages, images = to_hf_messages(messages)
-        prompt = self.processor.apply_chat_template(hf_messages, add_generation_prompt=True, tokenize=False)
-        return self.processor(text=[prompt + prefix + continuation], images=images or None, return_tensors="pt").to(self.device)
+        inputs = self.format.encode(self.processor, hf_messages, images, *appended)
+        return {k: v.to(self.device) for k, v in inputs.items()}
 
     def complete(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> Reply:
         """Generate the assistant turn; ``params["prefix"]`` (local only) starts it with fixed text,
@@ -92,13 +97,13 @@ class LocalHFBackend:
         """Sum of log-probabilities of each option's tokens after the assistant turn's ``prefix``:
         a constrained choice for models too weak (or too small) to follow a reply format."""
         torch = self._torch
-        base = int(self._inputs(messages, prefix)["input_ids"].shape[1])
+        tok = getattr(self.processor, "tokenizer", self.processor)
         out = []
         with self._lock, torch.inference_mode():
             for option in options:
+                n = len(tok(option, add_special_tokens=False)["input_ids"])
                 inputs = self._inputs(messages, prefix, option)
-                logp = torch.log_softmax(self.net(**inputs).logits[0, :-1].float(), dim=-1)
-                ids = inputs["input_ids"][0, 1:]
-                picked = logp.gather(1, ids[:, None])[:, 0]
-                out.append(float(picked[base - 1 :].sum()))
+                logp = torch.log_softmax(self.net(**inputs).logits[0, -n - 1 : -1].float(), dim=-1)  # position t predicts token t + 1
+                picked = logp.gather(1, inputs["input_ids"][0, -n:, None])[:, 0]
+                out.append(float(picked.sum()))
         return out

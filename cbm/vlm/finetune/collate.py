@@ -1,9 +1,13 @@
-"""Rows -> model inputs with the model's own chat template, the loss on the answer tokens only.
+"""Rows -> model inputs in the model family's own prompt format, the loss on the answer tokens only.
 
-Each example is ``prompt ‖ answer ‖ end-of-turn``: the prompt is the chat template's rendering of
-one user turn (the image, then the question) with the generation prompt, tokenized by the model's
+Each example is ``prompt ‖ answer ‖ end-of-turn``: the prompt is the family's rendering of one
+user turn (the image, then the question: the chat template with the generation prompt, or
+PaliGemma's image-token prefix; :mod:`cbm.vlm.prompt_format`), tokenized by the model's
 processor (which expands the image placeholder into the image's tokens: never truncated); the
-answer and the end-of-turn token follow. Labels are ``-100`` on the prompt (text and image tokens)
+answer and the end-of-turn token follow (PaliGemma: its suffix, ``token_type_ids`` 1, exactly as
+its processor builds it from ``suffix=``). Per-token inputs (``token_type_ids``,
+``mm_token_type_ids``) are padded like the ids; image tensors of different shapes per row (tiles)
+are zero-padded before they are concatenated. Labels are ``-100`` on the prompt (text and image tokens)
 and on padding, so exactly the answer tokens and the end-of-turn token are learned. The pixel
 budget (min / max pixels) is the processor's, the same at training and evaluation.
 """
@@ -18,8 +22,11 @@ import torch
 from PIL import Image
 
 from cbm.vlm.finetune.data import QARow
+from cbm.vlm.prompt_format import TOKEN_TYPE_KEYS, prompt_format
 
 IGNORE = -100
+#: Per-token type ids on padding: 0 (text), what the tokenizers themselves pad with.
+PAD_TOKEN_TYPE = 0
 
 
 def user_turn(question: str) -> list[dict[str, Any]]:
@@ -41,6 +48,7 @@ class Collator:
 
     def __init__(self, processor: Any, end_of_turn: str | None = None):
         self.processor = processor
+        self.format = prompt_format(processor)
         self.tok = getattr(processor, "tokenizer", processor)
         eot = end_of_turn or self.tok.eos_token
         ids = self.tok.convert_tokens_to_ids(eot) if eot is not None else None
@@ -51,25 +59,20 @@ class Collator:
 
     def prompt(self, row: QARow, image: Image.Image | None = None) -> dict[str, torch.Tensor]:
         """The processor's inputs for the user turn of ``row`` (batch of 1), ready for ``generate``."""
-        text = self.processor.apply_chat_template(user_turn(row.question), add_generation_prompt=True, tokenize=False)
         img = image if image is not None else Image.open(row.image).convert("RGB")
-        return dict(self.processor(text=[text], images=[img], return_tensors="pt"))
+        return self.format.encode(self.processor, user_turn(row.question), [img])
 
     def encode(self, row: QARow) -> Encoded:
         p = self.prompt(row)
-        prompt_ids = p.pop("input_ids")[0]
-        p.pop("attention_mask", None)
+        n_prompt = int(p["input_ids"].shape[1])
         answer = self.tok(row.answer, add_special_tokens=False)["input_ids"]
-        tail = torch.tensor([*answer, self.eot_id], dtype=prompt_ids.dtype)
-        ids = torch.cat([prompt_ids, tail])
-        labels = torch.cat([torch.full_like(prompt_ids, IGNORE), tail])
-        extra = {}
-        for k, v in p.items():
-            if k == "mm_token_type_ids":  # per token: the answer tokens are text (0)
-                extra[k] = torch.cat([v[0], torch.zeros(len(tail), dtype=v.dtype)])
-            else:
-                extra[k] = v
-        return Encoded(ids, labels, extra, len(prompt_ids))
+        full = self.format.append(p, [*answer, self.eot_id])
+        ids = full.pop("input_ids")[0]
+        full.pop("attention_mask", None)
+        labels = ids.clone()
+        labels[:n_prompt] = IGNORE
+        extra = {k: (v[0] if k in TOKEN_TYPE_KEYS else v) for k, v in full.items()}
+        return Encoded(ids, labels, extra, n_prompt)
 
     def __call__(self, rows: Sequence[QARow]) -> dict[str, torch.Tensor]:
         enc = [self.encode(r) for r in rows]
@@ -83,11 +86,32 @@ class Collator:
         batch: dict[str, torch.Tensor] = {"input_ids": ids, "labels": labels, "attention_mask": attn}
         for k in enc[0].extra:
             vals = [e.extra[k] for e in enc]
-            if vals[0].ndim == 1 and len(vals[0]) == len(enc[0].input_ids):  # per-token tensors: pad like the ids
-                out = torch.zeros((len(enc), n), dtype=vals[0].dtype)
-                for i, v in enumerate(vals):
-                    out[i, : len(v)] = v
-                batch[k] = out
-            else:  # image tensors: every processor here stacks or concatenates along dim 0
-                batch[k] = torch.cat(vals, dim=0)
+            if k in TOKEN_TYPE_KEYS:  # per token: padded like the ids, with 0 (text; the tokenizers' pad type id)
+                batch[k] = pad_stack(vals, PAD_TOKEN_TYPE)
+            else:  # image tensors: concatenated along dim 0, zero-padded to the largest shape first
+                batch[k] = pad_cat(vals)
         return batch
+
+
+def pad_stack(vals: Sequence[torch.Tensor], value: int) -> torch.Tensor:
+    """1-d tensors right-padded with ``value`` to the longest, stacked ``[B, T]``."""
+    out = vals[0].new_full((len(vals), max(len(v) for v in vals)), value)
+    for i, v in enumerate(vals):
+        out[i, : len(v)] = v
+    return out
+
+
+def pad_cat(vals: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Tensors concatenated along dim 0, each first zero-padded at the end of every other dim to the
+    largest size there: tiles per image (LLaVA-Next ``pixel_values`` ``[1, tiles, 3, h, w]``),
+    images per row (Idefics3 / SmolVLM ``pixel_values`` and ``pixel_attention_mask``), as the
+    processors pad a batch themselves (zero tiles are dropped by the models, a zero mask is no
+    pixel). Qwen's patch rows ``[patches, dim]`` share their width and are only concatenated."""
+    shape = [max(v.shape[d] for v in vals) for d in range(1, vals[0].ndim)]
+    padded = []
+    for v in vals:
+        pad: list[int] = []
+        for d in reversed(range(1, v.ndim)):
+            pad += [0, shape[d - 1] - v.shape[d]]
+        padded.append(torch.nn.functional.pad(v, pad) if any(pad) else v)
+    return torch.cat(padded, dim=0)

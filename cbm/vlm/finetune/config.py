@@ -21,6 +21,10 @@ QUANTS = ("none", "4bit", "8bit")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 ON_BAD = ("skip", "error")
+#: The paper's saliency map: layers 7 to 12 (1-based, inclusive), 25th-percentile threshold, squared.
+PAPER_LAYERS = (7, 12)
+PAPER_PERCENTILE = 25.0
+PAPER_SHARPEN = 2.0
 
 
 @dataclass
@@ -145,12 +149,23 @@ class EvalSettings:
     localise: bool = True
     pool_threshold: float = 0.0
     heatmaps: int = 4  # pairs drawn (original and counterfactual, before and after)
+    attention_layers: list[int] = field(default_factory=lambda: list(PAPER_LAYERS))  # [first, last], 1-based, clipped to the depth
+    threshold_percentile: float = PAPER_PERCENTILE
+    sharpen: float = PAPER_SHARPEN
 
     def __post_init__(self) -> None:
         check_fields(self, self.WHERE)
         in_range("eval.max_new_tokens", self.max_new_tokens, 1, 4096)
         in_range("eval.heatmaps", self.heatmaps, 0, 100_000)
         in_range("eval.pool_threshold", self.pool_threshold, 0, 1, hi_open=True)
+        in_range("eval.threshold_percentile", self.threshold_percentile, 0, 100, hi_open=True)
+        in_range("eval.sharpen", self.sharpen, 0, 16, lo_open=True)
+        if len(self.attention_layers) != 2:
+            raise ValueError(f"eval.attention_layers: {self.attention_layers} is not [first, last] (1-based layers, e.g. [7, 12])")
+        for v in self.attention_layers:
+            in_range("eval.attention_layers", v, 1, 100_000)
+        if self.attention_layers[0] > self.attention_layers[1]:
+            raise ValueError(f"eval.attention_layers: first {self.attention_layers[0]} after last {self.attention_layers[1]}")
 
 
 @dataclass

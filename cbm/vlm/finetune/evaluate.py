@@ -1,16 +1,22 @@
 """Evaluation of a (fine-tuned) VLM on counterfactual Q/A rows: per row the answer-token loss,
 exact match of the greedy answer, and the attention localisation on the edited region.
 
-**Localisation**: the attention of the positions that predict the answer tokens onto the image
-tokens, averaged over layers, heads and those positions, and the share of it that falls on image
-tokens whose patch lies in the changed-pixel mask (the mask pooled to the image-token grid: a cell
-counts when more than ``pool_threshold`` of its pixels changed). 1.0 = all of the answer's image
-attention is on the edited evidence. Needs eager attention (``attn_implementation=eager``).
+**Localisation** (the paper's saliency map, :func:`saliency_map`): the attention of the positions
+that predict the answer tokens onto the image's content tokens (:func:`image_layout`: image tokens
+only, no special, separator, newline or register token), from the upper layers
+(``eval.attention_layers``, the paper's 7 to 12, clipped to the model's depth); per layer the
+layer's mean over the image tokens subtracted; heads weighted by the variance of their map; the
+positive part squared; cells below the 25th percentile zeroed. The score is the share of that map's
+mass on cells whose patch lies in the changed-pixel mask (the mask pooled to the image-token grid:
+a cell counts when more than ``pool_threshold`` of its pixels changed): 1.0 = all of the answer's
+image saliency is on the edited evidence. The drawn heatmap is the map upscaled bicubically. Needs
+eager attention (``attn_implementation=eager``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +26,7 @@ import torch
 from PIL import Image
 
 from cbm.vlm.finetune.collate import IGNORE, Collator
+from cbm.vlm.finetune.config import PAPER_LAYERS, PAPER_PERCENTILE, PAPER_SHARPEN
 from cbm.vlm.finetune.data import SPLITS, QARow
 
 
@@ -47,18 +54,118 @@ def localisation_share(attention: np.ndarray, cells: np.ndarray) -> float:
     return float(a[np.asarray(cells, bool)].sum() / total)
 
 
-def image_grid(batch: dict[str, torch.Tensor], n_image_tokens: int, model: Any) -> tuple[int, int]:
-    """``(rows, cols)`` of the image tokens: from ``image_grid_thw`` and the spatial merge (Qwen-VL
-    families), else a square grid."""
-    if "image_grid_thw" in batch:
-        t, h, w = (int(v) for v in batch["image_grid_thw"][0])
-        vision = getattr(getattr(model, "config", None), "vision_config", None)
-        merge = int(getattr(vision, "spatial_merge_size", 1) or 1)
-        return h // merge, w // merge
-    side = int(round(n_image_tokens**0.5))
-    if side * side != n_image_tokens:
-        raise ValueError(f"cannot lay {n_image_tokens} image tokens on a grid; pass a model with image_grid_thw")
-    return side, side
+class LayoutError(ValueError):
+    """The image tokens cannot be laid on a grid (one line)."""
+
+
+@dataclass(frozen=True)
+class ImageLayout:
+    """The evaluated image's content tokens: their sequence positions, row-major on ``grid``."""
+
+    positions: torch.Tensor
+    grid: tuple[int, int]
+
+
+def _square(n: int, what: str) -> int:
+    side = math.isqrt(n)
+    if side * side != n:
+        raise LayoutError(f"localisation: {what}: {n} image tokens are not a square grid")
+    return side
+
+
+def _vision_side(config: Any) -> int:
+    """Patches per side of the vision tower's input (``image_size // patch_size``)."""
+    v = config.vision_config
+    return int(v.image_size) // int(v.patch_size)
+
+
+def _qwen_layout(img: torch.Tensor, batch: dict[str, torch.Tensor], config: Any) -> ImageLayout:
+    """Qwen-VL families: ``image_grid_thw`` (patches) over the spatial merge."""
+    if "image_grid_thw" not in batch:
+        raise LayoutError("localisation: no image_grid_thw in the processor's output")
+    _, h, w = (int(v) for v in batch["image_grid_thw"][0])
+    merge = int(getattr(config.vision_config, "spatial_merge_size", 1) or 1)
+    return ImageLayout(img, (h // merge, w // merge))
+
+
+def _llava_layout(img: torch.Tensor, batch: dict[str, torch.Tensor], config: Any) -> ImageLayout:
+    """LLaVA: patches per side from the vision config; with ``vision_feature_select_strategy=full``
+    the first image token is the CLS register, left out."""
+    side = _vision_side(config)
+    extra = len(img) - side * side
+    if extra not in (0, 1):
+        raise LayoutError(f"localisation: llava: {len(img)} image tokens for a {side} x {side} patch grid")
+    return ImageLayout(img[extra:], (side, side))
+
+
+def _llava_next_layout(img: torch.Tensor, batch: dict[str, torch.Tensor], config: Any) -> ImageLayout:
+    """LLaVA-Next: the base (global) image's grid, the first ``side^2`` image tokens (the tiles and
+    their newline tokens follow it and are left out)."""
+    side = _vision_side(config)
+    if len(img) < side * side:
+        raise LayoutError(f"localisation: llava_next: {len(img)} image tokens, fewer than the base image's {side} x {side}")
+    return ImageLayout(img[: side * side], (side, side))
+
+
+def _idefics_layout(img: torch.Tensor, batch: dict[str, torch.Tensor], config: Any) -> ImageLayout:
+    """Idefics3 / SmolVLM: the image is tiled, then the global image comes last; the global image's
+    grid (its ``(side / scale_factor)^2`` tokens after the pixel shuffle, the last image tokens)."""
+    per = _vision_side(config) // int(config.scale_factor)
+    if len(img) % (per * per):
+        raise LayoutError(f"localisation: {config.model_type}: {len(img)} image tokens are not whole images of {per} x {per}")
+    return ImageLayout(img[-per * per :], (per, per))
+
+
+def _square_layout(img: torch.Tensor, batch: dict[str, torch.Tensor], config: Any) -> ImageLayout:
+    """Gemma 3, PaliGemma (and unknown families): one square grid of all the image tokens."""
+    side = _square(len(img), getattr(config, "model_type", "model"))
+    return ImageLayout(img, (side, side))
+
+
+#: model_type -> the image-token layout of its processor's output.
+LAYOUTS: dict[str, Callable[[torch.Tensor, dict[str, torch.Tensor], Any], ImageLayout]] = {
+    "qwen2_vl": _qwen_layout, "qwen2_5_vl": _qwen_layout, "qwen3_vl": _qwen_layout, "llava": _llava_layout,
+    "llava_next": _llava_next_layout, "idefics3": _idefics_layout, "smolvlm": _idefics_layout,
+    "gemma3": _square_layout, "paligemma": _square_layout,
+}  # fmt: skip
+
+
+def image_layout(batch: dict[str, torch.Tensor], config: Any, image_token_id: int | None) -> ImageLayout:
+    """The layout of the first row's image tokens in ``batch``; :class:`LayoutError` (one line) when
+    it cannot be determined. The grid spans the image as the vision tower saw it: the mask is pooled
+    onto it whole, exact for images the processor resizes (every built set is square); an image it
+    center-crops (LLaVA's CLIP) or pads (Idefics3's global image of a non-square photo) is mapped
+    onto the crop / the padded canvas as if it filled it."""
+    if image_token_id is None:
+        raise LayoutError(f"localisation: the model config ({getattr(config, 'model_type', '?')}) names no image token id")
+    img = (batch["input_ids"][0] == image_token_id).nonzero(as_tuple=True)[0]
+    if len(img) == 0:
+        raise LayoutError("localisation: the prompt holds no image token")
+    layout = LAYOUTS.get(getattr(config, "model_type", ""), _square_layout)(img, batch, config)
+    gh, gw = layout.grid
+    if gh * gw != len(layout.positions) or gh * gw == 0:
+        raise LayoutError(f"localisation: {len(layout.positions)} image tokens for a {gh} x {gw} grid")
+    return layout
+
+
+def layer_range(layers: Sequence[int], depth: int) -> range:
+    """0-based indices of the 1-based inclusive ``[first, last]`` layers, both clipped to ``depth``."""
+    first, last = (min(max(int(v), 1), depth) for v in layers)
+    return range(first - 1, last)
+
+
+def saliency_map(attention: np.ndarray, percentile: float = PAPER_PERCENTILE, power: float = PAPER_SHARPEN) -> np.ndarray:
+    """The paper's heatmap from ``attention`` ``[layers, heads, n]`` (the answer's attention onto
+    the ``n`` content tokens): per layer the layer's mean (over heads and tokens) subtracted, heads
+    weighted by the variance of their map (all equal when none varies), the positive part raised to
+    ``power``, values below the ``percentile`` -th percentile zeroed. Returns ``[n]``."""
+    a = np.asarray(attention, dtype=np.float64)
+    d = a - a.mean(axis=(1, 2), keepdims=True)
+    w = d.var(axis=2)
+    w = w / w.sum() if w.sum() > 0 else np.full_like(w, 1.0 / w.size)
+    m = np.clip(np.einsum("lh,lhn->n", w, d), 0, None) ** power
+    m[m < np.percentile(m, percentile)] = 0.0
+    return m
 
 
 @dataclass
@@ -69,16 +176,20 @@ class RowResult:
     correct: bool
     prediction: str
     localisation: float | None
-    attention: np.ndarray | None  # [gh, gw] mean attention on the image tokens (for heatmaps)
+    attention: np.ndarray | None  # [gh, gw] the saliency map on the image's grid (for heatmaps)
 
 
 class Evaluator:
-    def __init__(self, model: Any, collator: Collator, max_new_tokens: int = 8, localise: bool = True, pool_threshold: float = 0.0):
+    def __init__(self, model: Any, collator: Collator, max_new_tokens: int = 8, localise: bool = True, pool_threshold: float = 0.0,
+                 attention_layers: Sequence[int] = PAPER_LAYERS, percentile: float = PAPER_PERCENTILE, power: float = PAPER_SHARPEN):  # fmt: skip
         self.model = model
         self.collator = collator
         self.max_new_tokens = max_new_tokens
         self.localise = localise
         self.pool_threshold = pool_threshold
+        self.attention_layers = tuple(attention_layers)
+        self.percentile = percentile
+        self.power = power
         cfg = getattr(model, "config", None)
         self.image_token_id = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index", None)
 
@@ -99,15 +210,14 @@ class Evaluator:
         loss = float(torch.nn.functional.cross_entropy(logits[keep], target[keep]))
         loc, grid_attn = None, None
         if self.localise and row.mask is not None and out.attentions:
-            ids = batch["input_ids"][0]
-            img = (ids == self.image_token_id).nonzero(as_tuple=True)[0]
+            layout = image_layout(batch, self.model.config, self.image_token_id)
             queries = keep.nonzero(as_tuple=True)[0]  # position t predicts token t + 1
-            att = torch.stack([a[0].float().mean(0) for a in out.attentions]).mean(0)  # [T, T] over layers, heads
-            a_img = att[queries][:, img].mean(0).cpu().numpy()
-            grid = image_grid(batch, len(img), self.model)
-            cells = pool_mask(np.asarray(Image.open(row.mask).convert("L")) > 0, grid, self.pool_threshold)
-            loc = localisation_share(a_img, cells)
-            grid_attn = a_img.reshape(grid)
+            layers = layer_range(self.attention_layers, len(out.attentions))
+            att = torch.stack([out.attentions[i][0][:, queries][:, :, layout.positions].float().mean(1) for i in layers])  # [L, H, n]
+            heat = saliency_map(att.cpu().numpy(), self.percentile, self.power)
+            cells = pool_mask(np.asarray(Image.open(row.mask).convert("L")) > 0, layout.grid, self.pool_threshold)
+            loc = localisation_share(heat, cells)
+            grid_attn = heat.reshape(layout.grid)
         prompt = self._to(self.collator.prompt(row))
         gen = self.model.generate(**prompt, max_new_tokens=self.max_new_tokens, do_sample=False)
         text = self.collator.tok.decode(gen[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -151,7 +261,7 @@ def summarise(results: Sequence[RowResult]) -> dict[str, dict[str, Any]]:
 
 
 def heatmap(row: QARow, attention: np.ndarray, path: str | Path, title: str = "") -> Path:
-    """The image with the answer's attention on its image tokens overlaid and the mask outlined."""
+    """The image with the answer's saliency map (bicubically upscaled) overlaid and the mask outlined."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,7 +273,7 @@ def heatmap(row: QARow, attention: np.ndarray, path: str | Path, title: str = ""
     h, w = img.shape[:2]
     a = np.asarray(attention, dtype=np.float64)
     a = a / a.max() if a.max() > 0 else a
-    up = np.asarray(Image.fromarray((a * 255).astype(np.uint8)).resize((w, h), Image.NEAREST), dtype=np.float64) / 255
+    up = np.asarray(Image.fromarray(a.astype(np.float32)).resize((w, h), Image.BICUBIC), dtype=np.float64).clip(0, 1)
     fig, ax = plt.subplots(figsize=(3, 3), dpi=100)
     ax.imshow(img)
     ax.imshow(up, cmap="inferno", alpha=0.5, vmin=0, vmax=1)

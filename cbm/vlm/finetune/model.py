@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from cbm.vlm.finetune.config import QUANTS, LoraSettings
+from cbm.vlm.prompt_format import prompt_format
 
 __all__ = ["QUANTS", "LoraSettings", "add_lora", "load_model", "load_processor", "lora_config", "trainable_names"]
 #: Module-name fragments of vision towers and of vision -> language projectors across families
@@ -77,7 +78,8 @@ def _load_error(path: str | Path, what: str, err: BaseException) -> ValueError:
 
 
 def load_processor(path: str | Path) -> Any:
-    """The model's processor (tokenizer + image processor), which must carry a chat template."""
+    """The model's processor (tokenizer + image processor), which must carry a chat template unless
+    its family has a prompt format of its own (PaliGemma)."""
     from transformers import AutoProcessor
 
     try:
@@ -89,8 +91,7 @@ def load_processor(path: str | Path) -> Any:
     tok = getattr(processor, "tokenizer", None)
     if tok is None or getattr(processor, "image_processor", None) is None:
         raise ValueError(f"model.path: '{path}' has no image processor and tokenizer (not a vision-language model's processor)")
-    if not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
-        raise ValueError(f"model.path: '{path}' has no chat template (chat_template.jinja or the tokenizer's chat_template)")
+    prompt_format(processor, f"model.path: '{path}'")
     return processor
 
 

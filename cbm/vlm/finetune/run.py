@@ -175,7 +175,9 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
         raise
     for b in bad:
         log.warning("data: skipped %s", b)
-    ev = dict(max_new_tokens=cfg.eval.max_new_tokens, localise=cfg.eval.localise, pool_threshold=cfg.eval.pool_threshold)
+    e = cfg.eval
+    ev = dict(max_new_tokens=e.max_new_tokens, localise=e.localise, pool_threshold=e.pool_threshold, attention_layers=e.attention_layers,
+              percentile=e.threshold_percentile, power=e.sharpen)  # fmt: skip
     timing: dict[str, float] = {}
     before: list[RowResult] | None = None
     if cfg.eval.before:
