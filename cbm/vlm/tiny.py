@@ -367,10 +367,15 @@ def build_tiny_clip(path: str | Path, cfg: TinyCLIPConfig = TinyCLIPConfig()) ->
     return path
 
 
+#: ``--kind`` values of :func:`main` beyond the VLM and CLIP: the edit path's models (:mod:`cbm.vlm.tiny_edit`).
+EDIT_KINDS = ("owlv2", "grounding_dino", "sam", "inpaint")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m cbm.vlm.tiny [--family F | --clip] DIR``: write the tiny model to DIR (for
-    ``client=local client.model=DIR``, ``cbm-finetune model.path=DIR``, or
-    ``data.concept_source.checkpoint=DIR`` with ``--clip``). An unknown family: one line, exit 2."""
+    """``python -m cbm.vlm.tiny [--family F | --clip | --kind KIND] DIR``: write the tiny model to DIR (for
+    ``client=local client.model=DIR``, ``cbm-finetune model.path=DIR``, ``data.concept_source.checkpoint=DIR``
+    with ``--clip``, or EDCT's segmenter / inpainting editor with ``--kind owlv2|grounding_dino|sam|inpaint``).
+    An unknown family: one line, exit 2."""
     import argparse
     import sys
 
@@ -380,7 +385,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--image-px", type=int, default=TinyVLMConfig.image_px, help="processor pixel budget: side of the square image")
     ap.add_argument("--clip", action="store_true", help="write a tiny random CLIP instead (for data.concept_source.kind=clip)")
+    ap.add_argument("--kind", choices=EDIT_KINDS, help="write a tiny random detector, SAM or inpainting pipeline instead (EDCT's edit path)")
     args = ap.parse_args(argv)
+    if args.kind:
+        from cbm.vlm import tiny_edit
+
+        build = {"owlv2": tiny_edit.build_tiny_owlv2, "grounding_dino": tiny_edit.build_tiny_grounding_dino,
+                 "sam": tiny_edit.build_tiny_sam, "inpaint": tiny_edit.build_tiny_inpainting}[args.kind]  # fmt: skip
+        print(build(args.dir, tiny_edit.TinyEditConfig(seed=args.seed)))
+        return 0
     if args.clip:
         print(build_tiny_clip(args.dir, TinyCLIPConfig(seed=args.seed)))
         return 0

@@ -78,7 +78,7 @@ SETTINGS = [
     ([M, "data.build=sudoku", "data.source={modality: tabular}"], "data.source.modality: counterfactual pairs are images, not 'tabular'"),
     ([M, "data.build=edct"], "data.source: data.build=edct needs the cbm-edct run"),
     ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/empty_dir}}"], "is not a cbm-edct run directory (no results.json)"),
-    ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_empty}}"], "edct_empty has no judged steps with ground truth"),
+    ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_empty}}"], "edct_empty has no judged, verified steps with a known answer"),
     ([M, "data.build=edct", f"data.source={{run_dir: {FT}/files/edct_corrupt}}"], "record.json is not a readable EDCT record"),
     ([M, f"data.cache_dir={FT}/files/a_file/cache"], "data.cache_dir: cannot create"),
     ([M, "data.jsonl=/dev/null"], "data.jsonl: /dev/null is not a regular file"),

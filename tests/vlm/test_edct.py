@@ -254,8 +254,13 @@ def test_statistics():
                 "requery": {"answer": "Glorp"}}  # fmt: skip
 
     recs = [{"steps": [step(True, True, True, True, 5), step(True, False, False, False, 1)]},
-            {"steps": [step(False, True, False, True), {"status": "stopped"}]}, {"steps": []}]  # fmt: skip
+            {"steps": [step(False, True, False, True), {"status": "unscored"}]}, {"steps": []}]  # fmt: skip
     s = summarise(recs, n_resamples=200)
+    # an item whose edit could not be verified (a stopped step) is in no score, its judged steps neither, counted by reason
+    unverified = {"steps": [step(True, True, True, True, 5), {"status": "stopped", "excluded": "not_local"}]}
+    out = summarise([*recs, unverified], n_resamples=200)
+    assert (out["items"], out["items_scored"], out["steps_judged"], out["items_excluded"]) == (4, 2, 3, {"not_local": 1})
+    assert out["ccs"] == s["ccs"] and s["items_excluded"] == {}
     unread = {**step(True, True, None, None), "requery": {"answer": None}}  # an unreadable re-query is never consistent
     assert summarise([*recs, {"steps": [unread]}], n_resamples=200)["items_scored"] == 2
     assert s["items_scored"] == 2 and s["steps_judged"] == 3

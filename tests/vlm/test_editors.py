@@ -250,7 +250,7 @@ def test_make_editor(robots):
     assert isinstance(editor, RobotEditor) and isinstance(editor, Editor)
     assert isinstance(make_editor("synthetic_sudoku", cfg={"cell_size": 18}), SudokuEditor)
     assert isinstance(make_editor("hosted", api_key="x", base_url="http://127.0.0.1:9"), HostedImageEditor)
-    with pytest.raises(ValueError, match=r"unknown editor kind 'photoshop'; expected one of \['diffusers', 'hosted'"):
+    with pytest.raises(ValueError, match=r"unknown editor kind 'photoshop'; expected one of \['diffusers', 'diffusers_inpaint', 'hosted'"):
         make_editor("photoshop")
 
 

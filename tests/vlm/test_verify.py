@@ -13,6 +13,7 @@ from cbm.vlm.verify import (  # noqa: E402
     Segmenter,
     VerifyConfig,
     align,
+    blur_sigma,
     change_map,
     mask_iou,
     segmenter_mask,
@@ -311,3 +312,31 @@ def test_first_success_needs_no_retry_and_segmenter_masks(edit):
     result, image, attempts = verify_with_retry(lambda attempt: after, segmenter_mask(seg, "disc"), before)
     assert result.passed and attempts == 1 and image is after and seg.seen == ["disc", "disc"]
     assert mask_iou(result.changed, mask) >= 0.82
+
+
+# --------------------------------------------------------------------------- every image size
+#: Every exact robot edit of these parts (each sub-type against the base robot), at each size.
+PART_VALUES = [("hand_subtype", v) for v in range(1, 6)] + [("foot_subtype", v) for v in range(1, 10)] + [
+    ("mouth_closed", 1), ("knees", 1), ("head_round", 1)]  # fmt: skip
+
+
+@pytest.mark.parametrize("size", [32, 40, 48, 64, 96, 128, pytest.param(256, marks=pytest.mark.slow), pytest.param(512, marks=pytest.mark.slow)])
+def test_exact_edits_pass_and_misplaced_ones_fail_at_every_size(size):
+    """The blur scales with the image (sigma 0.7 at 128 px and above, proportionally less below):
+    at 32 px the 20-pixel hand edit kept in_ratio 0 under the fixed sigma. Every exact edit passes
+    with its own mask; checked against another part's mask (the edit made elsewhere) it fails."""
+    from synthetic.robot.renderer import render
+
+    before = render(robot_row(), size)[0]
+    masks = {}
+    for attr, value in PART_VALUES:
+        after = render(robot_row(**{attr: value}), size)[0]
+        exact = (before != after).any(axis=-1)
+        r = verify_edit(before, after, exact)
+        assert r.passed and r.in_ratio > 0.5, (attr, value, r.reason)
+        masks[attr] = (after, exact)
+    for (attr, (after, _)), other in zip(masks.items(), ["head_round", "hand_subtype", "foot_subtype", "hand_subtype", "foot_subtype"]):
+        r = verify_edit(before, after, masks[other][1])
+        assert not r.passed and r.in_ratio < VerifyConfig().tau_in, (attr, other, r.reason)
+    cfg = VerifyConfig()
+    assert blur_sigma((size, size), cfg) == pytest.approx(cfg.blur_sigma * min(1.0, size / cfg.blur_ref_px))

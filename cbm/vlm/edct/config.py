@@ -15,7 +15,7 @@ from cbm.vlm.typed import check_fields, nested
 
 ANSWER_MODES = ("generate", "score")
 #: ``synthetic``: the exact editor of the item source (robot parts, Sudoku cells).
-EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers")
+EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers", "diffusers_inpaint")
 ITEM_SOURCES = ("robot", "sudoku", "files")
 #: The splits of each item source.
 SPLITS = {"robot": ("train", "calib", "test"), "sudoku": ("train", "val", "calib", "test"), "files": ("test",)}
@@ -26,9 +26,13 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "chain": ("question", "answer", "explanation", "concepts", "n"),
     "judge": ("question", "options", "answer", "explanation", "edit", "new_answer", "new_explanation"),
     "reask": ("problem",),
+    "retry": ("concept", "problem"),
 }
+#: The constraint a retried edit adds to its instruction, after the verifier rejected the first one.
+RETRY_PROMPT = ("Change only the {concept}, in place, and leave every other pixel exactly as it is: the previous edit was "
+                "rejected ({problem}).")  # fmt: skip
 #: Templates a config may leave out, and what stands in for them.
-PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT}
+PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT, "retry": RETRY_PROMPT}
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
 
@@ -104,7 +108,12 @@ class EDCTConfig:
     #: Masks for editors that report none (hosted, diffusion): ``{target: "module:Class", kwargs: {...}}``,
     #: a :class:`cbm.vlm.verify.Segmenter` class or a ``@segmenter_factory`` function; null: such edits go unverified.
     segmenter: dict[str, Any] | None = None
+    #: Edits re-made when the verifier rejects one, each with the ``retry`` prompt added to the
+    #: instruction's constraints (and, for local editors, another seed).
     verify_retries: int = 1
+    #: A free-form edit with no mask to verify it (no segmenter): judged anyway (true) or its item
+    #: excluded from every score, counted as ``unverified`` (false, as the paper).
+    score_unverified: bool = False
     #: Re-asks (0 or 1) of a reply that could not be read, in the same conversation with the
     #: ``reask`` prompt naming the problem, before the stage is given up (counted per stage).
     reask: int = 1
@@ -191,7 +200,12 @@ def check_segmenter(spec: dict[str, Any]) -> None:
     kwargs = spec.get("kwargs") or {}
     if not isinstance(kwargs, dict):
         raise ValueError(f"segmenter.kwargs: must be a mapping, got {type(kwargs).__name__}")
-    check_kwargs(resolve_segmenter(spec.get("target")), kwargs, "segmenter.kwargs")
+    factory = resolve_segmenter(spec.get("target"))
+    check_kwargs(factory, kwargs, "segmenter.kwargs")
+    from cbm.vlm.segmenters import DetectorSegmenter
+
+    if isinstance(factory, type) and issubclass(factory, DetectorSegmenter):  # this project's: its values checked too (nothing loaded)
+        DetectorSegmenter.check_settings(kwargs)
 
 
 def check_prompts(prompts: dict[str, str]) -> None:

@@ -20,6 +20,7 @@ additions (the paper does not define them).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,26 @@ def wilson(successes: int, n: int, confidence: float = CONFIDENCE) -> Estimate:
     return Estimate(successes / n, float(ci.low), float(ci.high), int(n))
 
 
+#: Why an item is excluded from every score (the first step that stopped says): the edit failed,
+#: the segmenter failed or found no pixel of the concept, the edit was not local after its
+#: retries, or a free-form edit had no mask to verify it.
+EXCLUSIONS = ("edit_failed", "segmenter_failed", "no_mask", "not_local", "unverified")
+
+
+def exclusion(record: dict[str, Any]) -> str | None:
+    """Why an item is excluded from every score (a step of its chain stopped: :data:`EXCLUSIONS`),
+    or ``None``: an item whose edits were all verified (or never reached) is scored."""
+    for s in record.get("steps", []):
+        if s.get("status") == "stopped":
+            return str(s.get("excluded") or "stopped")
+    return None
+
+
+def exclusion_counts(records: list[dict[str, Any]]) -> dict[str, int]:
+    """Excluded items by reason."""
+    return dict(sorted(Counter(x for r in records if (x := exclusion(r)) is not None).items()))
+
+
 def step_ok(step: dict[str, Any]) -> bool:
     """A step that was edited, verified, re-queried with a readable answer and judged (AC and EF
     parsed); any other step is excluded from every score, never counted as consistent."""
@@ -124,7 +145,10 @@ def _item_means(records: Sequence[dict[str, Any]], value: Any) -> list[float]:
 
 def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
     """Every EDCT score of one run: CCS / graded CCS (bootstrap over items), PCS / NCC and the
-    known-change split (bootstrap over steps), AC and EF rates, judge agreement (Wilson), counts."""
+    known-change split (bootstrap over steps), AC and EF rates, judge agreement (Wilson), counts.
+    An item excluded (an edit of its chain could not be verified: :func:`exclusion`) is in no score."""
+    everything = records
+    records = [r for r in records if exclusion(r) is None]
     per_item = [item_scores(r) for r in records]
     ccs = [s["ccs"] for s in per_item if not np.isnan(s["ccs"])]
     graded = [s["ccs_graded"] for s in per_item if not np.isnan(s["ccs_graded"])]
@@ -140,8 +164,9 @@ def summarise(records: Sequence[dict[str, Any]], n_resamples: int = 2000, confid
     stayed = [s for s in steps if s.get("answer_changed") is False]
     known = [s for s in steps if s.get("known_change") is not None]
     out: dict[str, Any] = {
-        "items": len(records),
+        "items": len(everything),
         "items_scored": len(ccs),
+        "items_excluded": exclusion_counts(list(everything)),
         "steps_judged": len(steps),
         "ccs": boot(ccs),
         "ccs_graded": boot(graded),

@@ -27,7 +27,7 @@ import logging
 import re
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from cbm.progress import progress_bar_wanted
 from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import PROMPT_DEFAULTS, EDCTConfig
+from cbm.vlm.edct.metrics import EXCLUSIONS, exclusion, exclusion_counts
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
 from cbm.vlm.edct.records import (
     check_run,
@@ -50,13 +51,14 @@ from cbm.vlm.edct.records import (
     valid_record,
     write_png,
 )
-from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt
+from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt, edit_type
 from cbm.vlm.images import load_image
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from synthetic.atomic import atomic_write, write_json_atomic
 
-__all__ = ["Clients", "Pipeline", "load_segmenter", "parse_error_counts", "status_counts", "valid_record"]
+__all__ = ["EXCLUSIONS", "Clients", "Pipeline", "exclusion", "exclusion_counts", "load_segmenter", "parse_error_counts", "status_counts",
+           "valid_record"]
 
 log = logging.getLogger("cbm.vlm")
 
@@ -271,8 +273,6 @@ class Pipeline:
 
     def _run_chain(self, rec: dict, d: Path, item: EditItem, chain: list[EditInstruction], options: list[str], save: Any,
                    question: str | None = None) -> None:  # fmt: skip
-        from cbm.vlm.verify import verify_edit
-
         steps: list[dict[str, Any]] = rec.setdefault("steps", [])
         exact = bool(getattr(self.editor, "exact", False))  # the editor's masks are the true changed pixels
         current = item
@@ -288,43 +288,11 @@ class Pipeline:
             step: dict[str, Any] = {"index": i + 1, "concept": instr.concept, "instruction": asdict(instr), "edit_text": edit_prompt(instr)}
             del steps[i:]
             steps.append(step)
-            result, verdict, attempts = None, None, 0
-            for attempt in range(self.cfg.verify_retries + 1):
-                attempts = attempt + 1
-                try:
-                    result = self.editor.edit(current, instr)
-                except (EditError, ValueError) as err:  # an edit the editor cannot make (unknown part, service error)
-                    step.update(status="stopped", reason=f"edit failed: {err}")
-                    save()
-                    return
-                mask = result.mask
-                if mask is None and self.segmenter is not None:  # the concept's pixels before and after the edit
-                    step["mask_source"] = "segmenter"
-                    try:
-                        mask = _segment(self.segmenter, instr.concept, current.image, result.image)
-                    except ValueError as err:  # the user's segmenter failed: this chain stops, the run goes on
-                        step.update(status="stopped", reason=str(err))
-                        save()
-                        return
-                if mask is None:
-                    verdict = None
-                    step["mask_source"] = "none (unverified)"
-                    break
-                if not mask.any():
-                    reason = "the edit changed no pixel (part not visible)" if result.mask is not None else "the segmenter found no pixel of the concept"
-                    step.update(status="stopped", reason=reason, changed=_plain(result.changed))
-                    save()
-                    return
-                verdict = verify_edit(current.image, result.image, mask, self.verify_cfg)
-                if verdict.passed or (exact and not self.cfg.gate_exact_edits):
-                    break
-            step.update(description=result.description, changed=_plain(result.changed), attempts=attempts)
-            if verdict is not None:
-                step["verify"] = {"passed": verdict.passed, "in_ratio": verdict.in_ratio, "out_ratio": verdict.out_ratio, "reason": verdict.reason}
-                if not verdict.passed and (self.cfg.gate_exact_edits or not exact):
-                    step.update(status="stopped", reason=f"edit not local: {verdict.reason}")
-                    save()
-                    return
+            made = self._edit_verified(step, current, instr, exact)
+            if made is None:  # the edit could not be verified: the step stops, its item is excluded from every score
+                save()
+                return
+            result, mask = made
             step["image_sha256"] = write_png(d / f"step{i + 1}.png", result.image)
             if mask is not None:
                 step["mask_sha256"] = write_png(d / f"step{i + 1}_mask.png", Image.fromarray(mask.astype(np.uint8) * 255))
@@ -349,6 +317,69 @@ class Pipeline:
             step["status"] = "judged"
             save()
             current = nxt
+
+    def _edit_verified(self, step: dict[str, Any], current: EditItem, instr: EditInstruction, exact: bool) -> tuple[Any, np.ndarray | None] | None:
+        """Make the step's edit and verify it, re-made up to ``verify_retries`` times with the
+        ``retry`` prompt added to the instruction's constraints. The concept's region follows the
+        paper's rule: on the edited image for an addition, on the original for a change or a
+        removal (an editor that reports its exact mask uses that; one that ``uses_region`` is
+        handed the original's). Returns the edit and its mask, or ``None`` with the step stopped
+        and ``excluded`` naming why (:data:`EXCLUSIONS`)."""
+        from cbm.vlm.verify import verify_edit
+
+        kind = edit_type(instr)
+        step["edit_type"] = kind
+        if not exact and self.segmenter is None and not self.cfg.score_unverified:
+            return _stop(step, "unverified", "no segmenter to verify a free-form edit (segmenter: null, score_unverified: false)")
+        uses_region = bool(getattr(self.editor, "uses_region", False))
+        result, verdict, mask, attempt_instr = None, None, None, instr
+        for attempt in range(self.cfg.verify_retries + 1):
+            step["attempts"] = attempt + 1
+            if attempt:
+                template = self.cfg.prompts.get("retry", PROMPT_DEFAULTS["retry"])
+                extra = template.format(concept=instr.concept, problem=verdict.reason if verdict is not None else "not verified")
+                attempt_instr = replace(instr, constraints=" ".join(x for x in (instr.constraints.strip(), extra) if x))
+                step["retry_instruction"] = asdict(attempt_instr)
+            region = None
+            if self.segmenter is not None and (uses_region or kind != "addition"):
+                try:  # the concept's pixels on the original (before this step's edit)
+                    region = _segment(self.segmenter, instr.concept, current.image)
+                except ValueError as err:  # the user's segmenter failed: this chain stops, the run goes on
+                    return _stop(step, "segmenter_failed", str(err))
+                if kind != "addition" and not region.any():  # nothing to change or remove where the segmenter looked
+                    return _stop(step, "no_mask", "the segmenter found no pixel of the concept")
+            try:
+                extra_args = {"region": region, "attempt": attempt} if uses_region else {}
+                result = self.editor.edit(current, attempt_instr, **extra_args)
+            except (EditError, ValueError) as err:  # an edit the editor cannot make (unknown part, service error, no region)
+                return _stop(step, "edit_failed", f"edit failed: {err}")
+            mask = result.mask
+            if mask is None and self.segmenter is not None:
+                step["mask_source"], step["mask_on"] = "segmenter", "edited" if kind == "addition" else "original"
+                if kind == "addition":
+                    try:
+                        mask = _segment(self.segmenter, instr.concept, result.image)
+                    except ValueError as err:
+                        return _stop(step, "segmenter_failed", str(err))
+                else:
+                    mask = region
+            if mask is None:
+                verdict = None
+                step["mask_source"] = "none (unverified)"
+                break
+            if not mask.any():
+                reason = "the edit changed no pixel (part not visible)" if result.mask is not None else "the segmenter found no pixel of the concept"
+                step["changed"] = _plain(result.changed)
+                return _stop(step, "no_mask", reason)
+            verdict = verify_edit(current.image, result.image, mask, self.verify_cfg)
+            if verdict.passed or (exact and not self.cfg.gate_exact_edits):
+                break
+        step.update(description=result.description, changed=_plain(result.changed))
+        if verdict is not None:
+            step["verify"] = {"passed": verdict.passed, "in_ratio": verdict.in_ratio, "out_ratio": verdict.out_ratio, "reason": verdict.reason}
+            if not verdict.passed and (self.cfg.gate_exact_edits or not exact):
+                return _stop(step, "not_local", f"edit not local: {verdict.reason}")
+        return result, mask
 
     def usage_total(self) -> dict[str, Any]:
         """The run's usage over every invocation: the ledger's earlier ones plus this one's."""
@@ -491,18 +522,22 @@ class Pipeline:
         return [out[iid] for iid, _ in items]
 
 
-def _segment(segmenter: Any, concept: str, before: Image.Image, after: Image.Image) -> np.ndarray:
-    """The segmenter's mask of ``concept`` before and after an edit, a ``bool [H, W]`` array; any
-    failure of the (user-supplied) segmenter, or a mask of the wrong shape, is a ``ValueError``."""
-    from cbm.vlm.verify import segmenter_mask
-
+def _segment(segmenter: Any, concept: str, image: Image.Image) -> np.ndarray:
+    """The segmenter's mask of ``concept`` on ``image``, a ``bool [H, W]`` array; any failure of the
+    (user-supplied) segmenter, or a mask of the wrong shape, is a ``ValueError``."""
     try:
-        mask = np.asarray(segmenter_mask(segmenter, concept)(before, after), dtype=bool)
+        mask = np.asarray(segmenter.mask(image, concept), dtype=bool)
     except Exception as err:  # noqa: BLE001 - user code: whatever it raises stops this chain with a reason
         raise ValueError(f"segmenter failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
-    if mask.shape != (before.height, before.width):
-        raise ValueError(f"segmenter returned a mask of shape {list(mask.shape)}, expected {[before.height, before.width]}")
+    if mask.shape != (image.height, image.width):
+        raise ValueError(f"segmenter returned a mask of shape {list(mask.shape)}, expected {[image.height, image.width]}")
     return mask
+
+
+def _stop(step: dict[str, Any], why: str, reason: str) -> None:
+    """Stop ``step`` (the chain ends there) and mark its item excluded for ``why`` (:data:`EXCLUSIONS`)."""
+    step.update(status="stopped", reason=reason, excluded=why)
+    return None
 
 
 def load_segmenter(spec: dict[str, Any]) -> Any:

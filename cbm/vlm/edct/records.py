@@ -41,7 +41,7 @@ VERDICT = {"ac": (bool, None), "ef": (bool, None), "score": (int, None), "reply"
 EDIT = {"concept": str, "keep": str, "change": str, "how": str, "constraints": str, "target": (str, None)}
 STEP = {"index": int, "concept": str, "instruction": EDIT, "edit_text": str, "?status": str, "?reason": str, "?requery": ANSWER,
         "?judge": VERDICT, "?judge2": VERDICT, "?answer_changed": (bool, None), "?known_change": bool, "?truth": str,
-        "?meta_row": ([int], None), "?meta_board": [[int]], "?image_sha256": str, "?mask_sha256": str,
+        "?meta_row": ([int], None), "?meta_board": [[int]], "?image_sha256": str, "?mask_sha256": str, "?excluded": str, "?edit_type": str,
         "?verify": {"passed": bool, "in_ratio": float, "out_ratio": float, "reason": str}}  # fmt: skip
 JUDGED_STEP = {**STEP, "requery": ANSWER, "judge": VERDICT, "answer_changed": (bool, None), "image_sha256": str}
 #: What the readers use of a saved record (extra keys are kept; values of these keys must fit).
@@ -174,7 +174,8 @@ def settings_parts(cfg: Any, clients: Any) -> dict[str, str]:
         "prompts": digest(dict(cfg.prompts)),
         "task": digest({"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k, "reask": cfg.reask}),
         "editor": digest({"editor": dict(cfg.editor), "segmenter": cfg.segmenter, "verify": dict(cfg.verify),
-                          "verify_retries": cfg.verify_retries, "gate_exact_edits": cfg.gate_exact_edits}),
+                          "verify_retries": cfg.verify_retries, "gate_exact_edits": cfg.gate_exact_edits,
+                          "score_unverified": cfg.score_unverified}),
         "data": digest({"data": dict(cfg.data), "split": cfg.items.split} if cfg.items.source != "files" else
                        {"files": files_fingerprint(cfg.items)}),
     }  # fmt: skip

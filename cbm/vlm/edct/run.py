@@ -13,7 +13,14 @@ import numpy as np
 
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.metrics import Estimate, summarise
-from cbm.vlm.edct.pipeline import Clients, Pipeline, parse_error_counts, reask_counts, status_counts
+from cbm.vlm.edct.pipeline import (
+    Clients,
+    Pipeline,
+    exclusion_counts,
+    parse_error_counts,
+    reask_counts,
+    status_counts,
+)
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
@@ -129,7 +136,7 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
         "vlm": clients.vlm.model, "llm": clients.llm.model, "judge": clients.judge.model,
         "judge2": None if clients.judge2 is None else clients.judge2.model,
         "scores": {k: _plain_scores(v) for k, v in summary.items()},
-        "status": status_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
+        "status": status_counts(records), "excluded": exclusion_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
         "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
         "usage_total": pipe.usage_total(),
     }  # fmt: skip
@@ -161,6 +168,7 @@ def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str
         "PCS / NCC and the known-label splits: over steps; rates: Wilson intervals. * this project's additions (not in the paper).",
         "",
         "status: " + ", ".join(f"{k} {v}" for k, v in sorted(result["status"].items())),
+        "items excluded, never scored (an edit not verified): " + (", ".join(f"{k} {v}" for k, v in result.get("excluded", {}).items()) or "none"),
         "parse errors (replies kept): " + (", ".join(f"{k} {v}" for k, v in result["parse_errors"].items()) or "none"),
         "re-asked (recovered): " + (", ".join(f"{k} {v['reasked']} ({v['recovered']})" for k, v in result.get("reasks", {}).items()) or "none"),
     ]  # fmt: skip

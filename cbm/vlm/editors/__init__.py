@@ -18,7 +18,7 @@ from cbm.vlm.editors.base import (
     EditResult,
     edit_prompt,
 )
-from cbm.vlm.editors.diffusers_editor import DiffusersEditor, MissingDependencyError
+from cbm.vlm.editors.diffusers_editor import DiffusersEditor, DiffusersInpaintEditor, MissingDependencyError
 from cbm.vlm.editors.hosted import HostedImageEditor
 from cbm.vlm.editors.synthetic import (
     ROBOT_PARTS,
@@ -37,6 +37,7 @@ EDITOR_KINDS: dict[str, Callable[..., Editor]] = {
     "synthetic_sudoku": SudokuEditor,
     "hosted": HostedImageEditor,
     "diffusers": DiffusersEditor,
+    "diffusers_inpaint": DiffusersInpaintEditor,
 }
 
 
@@ -48,8 +49,8 @@ def check_editor(kind: str, settings: Mapping[str, Any], where: str = "editor") 
         check_kwargs(RobotEditor, settings, where, skip=("cfg",))
     elif kind == "hosted":
         HostedImageEditor.check_settings(settings, where)
-    elif kind == "diffusers":
-        DiffusersEditor.check_settings(settings, where)
+    elif kind in ("diffusers", "diffusers_inpaint"):
+        (DiffusersEditor if kind == "diffusers" else DiffusersInpaintEditor).check_settings(settings, where)
 
 
 def make_editor(kind: str, **kwargs: Any) -> Editor:
@@ -64,6 +65,7 @@ __all__ = [
     "ITEM_KINDS",
     "ROBOT_PARTS",
     "DiffusersEditor",
+    "DiffusersInpaintEditor",
     "EditError",
     "EditInstruction",
     "EditItem",

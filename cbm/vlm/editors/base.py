@@ -10,6 +10,7 @@ report none (``mask=None``), so the locality check must estimate it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -123,3 +124,21 @@ def edit_prompt(instruction: EditInstruction) -> str:
         if value:
             lines.append(f"{label}: {value.strip()}")
     return "\n".join(lines)
+
+
+#: Edit types of the paper's verification rule: an addition's region is found on the edited image,
+#: a change's or a removal's on the original.
+EDIT_TYPES = ("addition", "change", "removal")
+_ADD = re.compile(r"\b(add|adds|adding|insert|inserting|place|put|draw a new|introduce)\b", re.IGNORECASE)
+_REMOVE = re.compile(r"\b(remove|removes|removing|delete|deleting|erase|erasing|take away|get rid of)\b", re.IGNORECASE)
+
+
+def edit_type(instruction: EditInstruction) -> str:
+    """``addition``, ``removal`` or ``change``: what the instruction's ``change`` (else ``how``) says
+    it does, by its verb ("add a hat", "remove the ball"); anything else is a change."""
+    for text in (instruction.change, instruction.how):
+        if _REMOVE.search(text or ""):
+            return "removal"
+        if _ADD.search(text or ""):
+            return "addition"
+    return "change"

@@ -161,15 +161,19 @@ def sudoku_pairs(cfg: Any, out_dir: str | Path, n: int, cells_per_board: int = 2
 
 
 def edct_pairs(run_dir: str | Path, question: str | None = None, max_image_pixels: int | None = None) -> list[QARow]:
-    """Rows from a ``cbm-edct`` run on synthetic items: each item's original (answer = its true
-    label) paired with every judged step's counterfactual (answer = the edited item's true label),
-    the step's mask as the mask. Items without ground truth are skipped.
+    """Rows from a ``cbm-edct`` run: each item's original (answer = its true label) paired with every
+    judged step's counterfactual, the step's mask as the mask. The counterfactual's answer is the
+    edited item's true label (synthetic items); for photographs, whose edit has no ground truth,
+    the re-queried answer of a verified edit that the judge found consistent with the edited scene
+    (AC; rows marked ``label: judge``). Items without a truth, and items excluded from scoring (an
+    edit not verified), are skipped.
 
     The run is read as ``cbm-edct`` resumes it (:mod:`cbm.vlm.edct.records`): every record sealed
     and of the record's shape (step indices integers ``1..n``, so a file name made from one stays
     in the item's folder), made by the run its ``run.json`` describes; every image exported is the
     one the record's sha256 names, read under ``max_image_pixels`` (default: ``cbm-edct``'s). Any
     problem is one line naming the file (the training data is never built from a changed run)."""
+    from cbm.vlm.edct.metrics import exclusion
     from cbm.vlm.edct.records import RUN_FILE, RUN_VERSION, RecordProblem, read_record, read_run, run_id
 
     run_dir = Path(run_dir)
@@ -207,23 +211,35 @@ def edct_pairs(run_dir: str | Path, question: str | None = None, max_image_pixel
         d = rec_path.parent
         if d.name != slug(rec["id"]) or d.is_symlink():
             raise ValueError(f"{where}: {rec_path} is item {rec['id']!r}'s record in another item's folder")
-        if "truth" not in rec:
+        if not isinstance(rec.get("truth"), str) or exclusion(rec) is not None:  # no truth, or an edit not verified
             continue
         q = question or rec.get("question") or "Which class is this?"
-        steps = [s for s in rec.get("steps", []) if s.get("status") == "judged" and "truth" in s]
-        if not steps:
+        labelled = [(s, answer) for s in rec.get("steps", []) if s.get("status") == "judged" and (answer := _counterfactual_answer(s)) is not None]
+        if not labelled:
             continue
         orig = _written_png(d / "original.png", rec.get("image_sha256"), max_image_pixels)
-        for s in steps:
+        for s, answer in labelled:
             i = s["index"]  # an int, 1..n (valid_record)
             pid = f"{rec['id']}-step{i}"
             cf = _written_png(d / f"step{i}.png", s["image_sha256"], max_image_pixels)
             m = _written_png(d / f"step{i}_mask.png", s["mask_sha256"], max_image_pixels) if "mask_sha256" in s else None
+            source = "truth" if "truth" in s else "judge"
             rows.append(QARow(orig, q, rec["truth"], "original", pid, m, {"edct_item": rec["id"]}))
-            rows.append(QARow(cf, q, s["truth"], "counterfactual", pid, m, {"edct_item": rec["id"], "concept": s.get("concept")}))
+            rows.append(QARow(cf, q, answer, "counterfactual", pid, m, {"edct_item": rec["id"], "concept": s.get("concept"), "label": source}))
     if not rows:
-        raise ValueError(f"{where}: {run_dir} has no judged steps with ground truth to export")
+        raise ValueError(f"{where}: {run_dir} has no judged, verified steps with a known answer to export")
     return rows
+
+
+def _counterfactual_answer(step: dict[str, Any]) -> str | None:
+    """A judged step's counterfactual answer: the edited item's true label (exact editors), else
+    (photographs under a free-form editor, whose edit was verified) the re-queried answer when
+    the judge found it consistent with the edited scene (AC); ``None``: nothing to train on."""
+    if isinstance(step.get("truth"), str):
+        return step["truth"]
+    verified = (step.get("verify") or {}).get("passed") is True
+    answer = (step.get("requery") or {}).get("answer")
+    return answer if verified and (step.get("judge") or {}).get("ac") is True and isinstance(answer, str) else None
 
 
 def _written_png(path: Path, sha256: str | None, max_pixels: int) -> str:
