@@ -28,7 +28,14 @@ from cbm.vlm.icl.config import ICLConfig
 from cbm.vlm.icl.datasets import ICLDataset, make_dataset
 from cbm.vlm.icl.episodes import Episode, load_episodes, make_episodes, save_episodes
 from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibility
-from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
+from cbm.vlm.icl.parse import (
+    ERROR_KINDS,
+    Parsed,
+    bullet_features,
+    feature_value_pairs,
+    pair_text,
+    parse_reply,
+)
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
@@ -72,20 +79,29 @@ def options_text(labels: Sequence[str]) -> str:
 
 
 def trial_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial) -> Messages:
-    """System prompt; each support image as a user turn with its label as the assistant turn; the
-    query image with the condition's instruction."""
+    """The system prompt (the paper's shared prompt, the condition's instruction injected); each
+    support image as a user turn with its label as the assistant turn; the query image. The
+    instruction goes where ``{instruction}`` is: the system prompt or the query turn."""
     p, ep = cfg.prompts, trial.episode
     opts = options_text(ep.labels)
-    msgs: Messages = [{"role": "system", "content": p["system"]}] if p["system"] else []
+    instruction = p["instructions"][trial.condition].format(options=opts)
+    system = p["system"].format(instruction=instruction, options=opts)
+    msgs: Messages = [{"role": "system", "content": system}] if system.strip() else []
     for i, shot in enumerate(ep.support, 1):
         msgs.append(user_message(p["support_user"].format(index=i, options=opts), [ds.image(shot.index)]))
         msgs.append({"role": "assistant", "content": p["support_assistant"].format(label=shot.label)})
-    instruction = p["instructions"][trial.condition].format(options=opts)
     msgs.append(user_message(p["query"].format(options=opts, instruction=instruction), [ds.image(ep.query[0].index)]))
     return msgs
 
 
-def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str) -> Messages:
+#: What the judge prompt's ``{response}`` says when the output has no readable label.
+NO_RESPONSE = "(none: the output has no label from the options)"
+
+
+def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str, response: str | None = None) -> Messages:
+    """The judge's request (A.2): the query image (and, with ``support_images``, the labelled
+    examples), the candidate labels, the model's output, its predicted class, the condition's
+    description and the rubric."""
     p, ep = cfg.prompts, trial.episode
     images = [ds.image(ep.query[0].index)]
     note = ""
@@ -93,7 +109,8 @@ def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str) ->
         images += [ds.image(s.index) for s in ep.support]
         note = ", followed by the labelled examples in order (labels: " + ", ".join(s.label for s in ep.support) + ")"
     text = p["judge"].format(options=options_text(ep.labels), condition=trial.condition, description=p["descriptions"][trial.condition],
-                             output=output, rubric=p["rubric"], support_note=note)  # fmt: skip
+                             output=output, response=NO_RESPONSE if response is None else response, rubric=p["rubric"],
+                             support_note=note)  # fmt: skip
     return [user_message(text, images)]
 
 
@@ -105,9 +122,12 @@ def global_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str, r
 
 
 def features_of(parsed: Parsed) -> set[str] | None:
-    """The features an output names (E3/E4 bullets, E5 ABox); ``None`` for E1/E2."""
-    if parsed.condition in ("E3", "E4"):
+    """The features an output names (E3 bullets, E4 ``feature: value`` pairs, E5 ABox); ``None``
+    for E1/E2. Explanation Reproducibility compares these sets across reruns."""
+    if parsed.condition == "E3":
         return set(bullet_features(parsed.fields.get("features", "")))
+    if parsed.condition == "E4":
+        return {pair_text(f, v) for f, v in feature_value_pairs(parsed.fields.get("features", ""))}
     if parsed.condition == "E5":
         box, _ = dl.parse_abox(parsed.fields.get("abox", ""))
         return set().union(*box.features.values()) if box.features else set()
@@ -331,7 +351,8 @@ class Study:
         if jo.reproducibility_repeats:
             self._reproducibility(trials, recs)
         if jo.enabled:
-            self._judge(trials, recs, "judge", lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["output"]))
+            self._judge(trials, recs, "judge",
+                        lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["output"], r["parsed"]["response"]))
             if jo.global_discriminativeness:
                 self._judge(trials, recs, "judge_global",
                             lambda t, r: global_messages(self.cfg, self.datasets[t.dataset], t, r["output"], r["parsed"]["response"]),
