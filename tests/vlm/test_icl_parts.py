@@ -367,3 +367,86 @@ def test_checker_refuses_claims_outside_the_tbox_and_empty_ones():
     # the numbered form still works, named by id after a lead-in
     c = dl.check("A1: [Bengal] ≡ hasVisualFeature([spots])", "hasVisualFeature(query, spots)", "Rule(s) fired: A1", "Bengal", CATS)
     assert c.fired_match and c.entails_response
+
+
+# ------------------------------------------------------------------ tables as the paper, Spearman over metric x condition
+def hand_records() -> list[dict]:
+    """Two models x two datasets x E1, E2; per (model, dataset, condition) four 2-way 1-shot and
+    two 3-way 5-shot trials with planned outcomes; E2 judged with planned scores."""
+    plan = {("a", "x"): [1, 1, 1, 0, 1, 1], ("a", "y"): [1, 1, 0, 0, 0, 1], ("b", "x"): [1, 1, 1, 1, 1, 1], ("b", "y"): [0, 0, 0, 0, 1, 0]}
+    recs = []
+    for (m, d), outcomes in plan.items():
+        for c in ("E1", "E2"):
+            for i, ok in enumerate(outcomes if c == "E1" else outcomes[::-1]):
+                r = {"status": "answered", "model": m, "dataset": d, "condition": c, "correct": bool(ok), "n_way": 2 if i < 4 else 3,
+                     "k_shot": 1 if i < 4 else 5}  # fmt: skip
+                if c == "E2":
+                    r["judge"] = {"complete": True, "scores": dict.fromkeys(METRICS, 1 + i % 5)}
+                recs.append(r)
+    recs.append({"status": "error", "model": "a", "dataset": "x", "condition": "E1", "n_way": 2, "k_shot": 1})  # no answer: in no table
+    return recs
+
+
+def test_accuracy_tables_by_model_dataset_and_nk_are_exact():
+    from cbm.vlm.icl.run import accuracy_by, accuracy_nk_rows, judge_by_condition_rows, paper_tables_md
+
+    recs = hand_records()
+    by_model = {(r["condition"], r["model"]): r for r in accuracy_by(recs, "model", ["E1", "E2"])}
+    assert [k for k in by_model] == [("E1", "a"), ("E1", "b"), ("E2", "a"), ("E2", "b")]
+    a = by_model[("E1", "a")]  # 5 + 3 of 12 over the two datasets
+    assert (a["n"], a["accuracy"], a["se"]) == (12, 8 / 12, pytest.approx(math.sqrt(8 / 12 * 4 / 12 / 12)))
+    assert by_model[("E1", "b")]["accuracy"] == 7 / 12 and by_model[("E2", "a")]["accuracy"] == 8 / 12  # the same outcomes, reversed
+    by_ds = {(r["condition"], r["dataset"]): r for r in accuracy_by(recs, "dataset", ["E1", "E2"])}
+    assert (by_ds[("E1", "x")]["n"], by_ds[("E1", "x")]["accuracy"], by_ds[("E1", "y")]["accuracy"]) == (12, 11 / 12, 4 / 12)
+    nk = {(r["model"], r["dataset"], r["condition"], r["n_way"], r["k_shot"]): r for r in accuracy_nk_rows(recs, ["E1", "E2"])}
+    assert len(nk) == 2 * 2 * 2 * 2 and nk[("a", "y", "E1", 2, 1)]["accuracy"] == 0.5 and nk[("a", "y", "E1", 2, 1)]["n"] == 4
+    assert nk[("a", "y", "E1", 3, 5)]["accuracy"] == 0.5 and nk[("a", "y", "E1", 3, 5)]["n"] == 2
+    assert nk[("b", "y", "E2", 2, 1)]["accuracy"] == 0.25  # [0, 1, 0, 0, 0, 0] reversed: the first four
+    judge = judge_by_condition_rows(recs, ["E1", "E2"])
+    assert [r["condition"] for r in judge] == ["E2"] * len(METRICS)  # E1 unjudged: no row
+    scores = [1, 2, 3, 4, 5, 1] * 4
+    assert judge[0]["n"] == 24 and judge[0]["mean"] == pytest.approx(np.mean(scores))
+    assert judge[0]["se"] == pytest.approx(np.std(scores, ddof=1) / math.sqrt(24))
+    tables = {"accuracy_by_model": list(by_model.values()), "accuracy_by_dataset": list(by_ds.values()),
+              "accuracy_by_nk": list(nk.values()), "judge_by_condition": judge}  # fmt: skip
+    md = paper_tables_md(tables)
+    se = 100 * math.sqrt(8 / 12 * 4 / 12 / 12)
+    assert f"| E1 | 66.7 ({se:.1f}), n = 12 | 58.3 (" in md and "| E2 | 2.67 (0." in md
+    assert "Accuracy (%) of a by dataset, condition, N and K (Appendix D)" in md and "| y / E1 | 50.0 (4) | 50.0 (2) |" in md
+
+
+def test_spearman_is_corrected_over_every_metric_and_condition():
+    from scipy.stats import spearmanr
+
+    from cbm.vlm.icl.run import spearman_by_condition
+
+    rng = np.random.default_rng(1)
+    recs = []
+    for c in ("E2", "E3", "E4", "E5"):
+        for _ in range(40):
+            recs.append({"status": "answered", "condition": c, "correct": bool(rng.random() < 0.6),
+                         "judge": {"complete": True, "scores": {m: int(rng.integers(1, 6)) for m in METRICS}}})  # fmt: skip
+    recs.append({"status": "answered", "condition": "E1", "correct": True})  # unjudged: not in the family
+    for method in ("bonferroni", "holm"):
+        res = spearman_by_condition(recs, ["E1", "E2", "E3", "E4", "E5"], method)
+        assert (res["planned"], res["family"], len(res["rows"])) == (36, 36, 36) and res["correction"] == method
+        raw = []
+        for r in res["rows"]:
+            rs = [x for x in recs if x["condition"] == r["condition"]]
+            ref = spearmanr([x["judge"]["scores"][r["metric"]] for x in rs], [x["correct"] for x in rs])
+            assert r["n"] == 40 and r["rho"] == pytest.approx(ref.statistic) and r["p"] == pytest.approx(ref.pvalue)
+            raw.append(ref.pvalue)
+        if method == "bonferroni":  # the paper: p x 36
+            assert [r["p_adj"] for r in res["rows"]] == pytest.approx([min(1.0, 36 * p) for p in raw])
+        else:
+            from statsmodels.stats.multitest import multipletests
+
+            assert [r["p_adj"] for r in res["rows"]] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    # a constant metric is no test: the family shrinks, the plan does not
+    for r in recs:
+        if r["condition"] == "E5":
+            r["judge"]["scores"]["conciseness"] = 5
+    res = spearman_by_condition(recs, ["E2", "E3", "E4", "E5"], "bonferroni")
+    assert (res["planned"], res["family"]) == (36, 35)
+    row = next(r for r in res["rows"] if r["condition"] == "E2" and r["metric"] == "conciseness")
+    assert row["p_adj"] == pytest.approx(min(1.0, 35 * row["p"]))

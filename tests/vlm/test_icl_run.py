@@ -157,7 +157,22 @@ def test_end_to_end_tables_are_exactly_the_planned_ones(tmp_path, httpserver, ta
     assert "McNemar (exact) E1 vs E2, n = 26: 0 vs 6 discordant, p = 0.03125, holm-adjusted over the 10 pairs p = 0.3125" in md
     assert "judge tests on the 18 episodes judged completely" in md and "n = 18" in md
     assert st["cochrans_q"]["df"] == 4 and st["cochrans_q"]["p"] < 0.05
+    # the paper's tables: one model and one dataset, so Tables 4 and 5 are the accuracy per condition
+    assert [(r["condition"], r["model"], r["n"], r["accuracy"]) for r in t["accuracy_by_model"]] == [
+        (c, "vlm", 26, acc[c]["accuracy"]) for c in ("E1", "E2", "E3", "E4", "E5")]
+    assert [r["accuracy"] for r in t["accuracy_by_dataset"]] == [r["accuracy"] for r in t["accuracy_by_model"]]
+    nk = {(r["condition"], r["n_way"], r["k_shot"]): (r["n"], r["accuracy"]) for r in t["accuracy_by_nk"]}
+    assert nk[("E1", 4, 1)] == (3, 0.0) and nk[("E1", 2, 5)] == (6, 1.0) and nk[("E3", 4, 1)] == (3, 0.0) and nk[("E3", 4, 5)] == (3, 1.0)
+    tg = {(r["condition"], r["metric"]): (r["n"], r["mean"]) for r in t["judge_by_condition"] if r["metric"] in ("textual_groundedness", "conciseness")}
+    assert tg == {("E2", "textual_groundedness"): (26, 4.0), ("E2", "conciseness"): (18, 4.0),  # 8 replies without a valid conciseness
+                  **{(c, m): (26, JUDGE_SCORE[c]) for c in ("E3", "E4", "E5") for m in ("textual_groundedness", "conciseness")}}  # fmt: skip
+    sp = out["stats"]["spearman_by_condition"]  # every score constant within a condition: no test runs, 36 were planned
+    assert (sp["planned"], sp["family"], len(sp["rows"])) == (36, 0, 36) and all(r["n"] == (18 if r["condition"] == "E2" else 26) for r in sp["rows"])
+    assert "| E1 | 76.9 (8.3), n = 26 |" in md and "| robot / E1 | 100.0 (6) | 100.0 (6) | 100.0 (4) | 100.0 (4) | 0.0 (3) | 0.0 (3) |" in md
+    assert "p adjusted (holm) over the family of 0 tests (36 planned" in md
     run_dir = tmp_path / "run"
+    for f in ("accuracy_by_model.csv", "accuracy_by_dataset.md", "accuracy_by_nk.csv", "judge_by_condition.md"):
+        assert (run_dir / f).stat().st_size > 0, f
     for f in ("accuracy.md", "accuracy.csv", "parse_errors.csv", "judge.md", "judge.csv", "checker.md", "checker.csv", "stats.md",
               "stats.json", "results.json"):  # fmt: skip
         assert (run_dir / f).stat().st_size > 0, f
