@@ -305,7 +305,7 @@ def test_the_judge_prompt_and_rubric_are_the_papers():
 
 @pytest.mark.parametrize(
     "system, query, problem",
-    [("Rules only.", "Query. Options: {options}.", "neither has it"), ("{instruction}", "{instruction} {options}", "both has it"),
+    [("Rules only.", "Query. Options: {options}.", "neither has it"), ("{instruction}", "{instruction} {options}", "both have it"),
      ("{instruction} {labels}", "Query.", "prompts.system: unknown placeholder(s) ['labels']")],
 )  # fmt: skip
 def test_the_instruction_is_placed_exactly_once(system, query, problem):

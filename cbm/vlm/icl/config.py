@@ -140,9 +140,9 @@ def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
         check_template(name, prompts[name], allowed, may_be_empty=name in OPTIONAL_PROMPTS)
     placed = [name for name in INSTRUCTION_PLACES if "instruction" in placeholders(prompts[name])]
     if len(placed) != 1:
-        where = "both" if placed else "neither"
+        where = "both have it" if placed else "neither has it"
         raise ValueError(f"prompts: {{instruction}} (the condition's instruction) must appear in exactly one of prompts.system, "
-                         f"prompts.query; {where} has it")
+                         f"prompts.query; {where}")
     for part, allowed in PROMPT_TABLES.items():
         table = prompts.get(part)
         if not isinstance(table, dict):
