@@ -31,16 +31,18 @@ def reply(text: str):
 
 
 def handler(req):
-    text = json.loads(req.data)["messages"][-1]["content"][-1]["text"]
-    if "You are grading" in text:
+    msgs = json.loads(req.data)["messages"]
+    text = msgs[-1]["content"][-1]["text"]
+    if text.startswith("You are a fair LLM judge"):
         return reply("".join(f"<{m}>{1 + len(req.data) % 5}</{m}>" for m in METRICS))
     label = re.search(r"Options: ([^,.]+)", text).group(1).strip()  # always the first listed label
-    if "Description-Logic" in text:
-        return reply(f"<response>{label}</response><tbox>A1: Class_{label} ≡ hasVisualFeature(StarHands) ⊓ hasVisualFeature(RoundHead)"
-                     f"\nA2: Class_{label} ⊑ hasVisualFeature(Antennae)</tbox><abox>hasVisualFeature(query, StarHands)\n"
-                     f"hasVisualFeature(query, RoundHead)</abox><dl_explanation>A1 fires. Class_{label}(query)</dl_explanation>")  # fmt: skip
-    return reply(f"<response>{label}</response><explanation>star hands</explanation><features>- star hands\n- round head</features>"
-                 f"<kb>IF star hands THEN {label}</kb><rule_check>rule 1</rule_check>")  # fmt: skip
+    if "Description Logic statements" in msgs[0]["content"]:
+        rule = f"[{label}] ≡ hasVisualFeature([star hands]) ⊓ hasVisualFeature([round head])"
+        return reply(f"<tbox>\n- {rule}\n- [{label}] ⊑ hasVisualFeature([antennae])\n</tbox>\n<abox>\n- hasVisualFeature(Query, [star hands])\n"
+                     f"- hasVisualFeature(Query, [round head])\n</abox>\n<dl_explanation>\n- Rule(s) fired: {rule}\n</dl_explanation>\n"
+                     f"<response>{label}</response>")  # fmt: skip
+    return reply(f"<response>{label}</response><explanation>star hands</explanation><features>- hand shape: star\n- head shape: round"
+                 f"</features><kb>- IF [hand shape = star] THEN [{label}]</kb><rule_check>- IF [hand shape = star] THEN [{label}]</rule_check>")  # fmt: skip
 
 
 def main() -> None:

@@ -45,3 +45,8 @@ def check_template(name: str, text: Any, allowed: tuple[str, ...], where: str = 
             raise ValueError(f"{label}: '{shown}' has a conversion or format spec; write plain {{{field}}}")
         if field not in allowed:
             raise ValueError(f"{label}: unknown placeholder(s) ['{field}'] (available: {names})")
+
+
+def placeholders(text: str) -> set[str]:
+    """The placeholder names of a template already checked by :func:`check_template`."""
+    return {f for _, f, _, _ in string.Formatter().parse(text) if f}

@@ -194,6 +194,12 @@ ICL_SETTINGS = [
     ("judge_options.conditions=[E9]", "judge_options.conditions: distinct conditions from E1, E2, E3, E4, E5, got ['E9']"),
     ("judge_options.conditions=[E2,E2]", "judge_options.conditions: distinct conditions from E1, E2, E3, E4, E5, got ['E2', 'E2']", SLOW),
     ("reask=2", "reask: must be 0 or 1 (re-asks of an unreadable reply), got 2", SLOW),
+    # the paper's layout: the condition's instruction injected into the system prompt, exactly once
+    ("prompts.system='Rules only.'", "prompts: {instruction} (the condition's instruction) must appear in exactly one of prompts.system, "
+     "prompts.query; neither has it"),
+    ("prompts.query='{instruction} Options: {options}'", "must appear in exactly one of prompts.system, prompts.query; both have it", SLOW),
+    ("prompts.system='{instruction} {labels}'", "prompts.system: unknown placeholder(s) ['labels'] (available: instruction, options)"),
+    ("prompts.judge='{verdict}'", "prompts.judge: unknown placeholder(s) ['verdict']", SLOW),
 ]
 
 # ------------------------------------------------------------------ cbm-icl: files (the dataset is loaded first)

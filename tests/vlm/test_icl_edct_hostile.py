@@ -84,7 +84,7 @@ TAMPER = [  # (name, edit of the file's body, the problem the resealed file is r
     ("item_of_another_class", lambda d: d["episodes"][0]["support"][0].update(index=_other_class_item(d)),
      "do not match the dataset and the episode"),
     ("classes_changed", lambda d: d["episodes"][0].update(classes=["class0", "class0"]), "are not 2 distinct classes of the dataset"),
-    ("labels_renamed", lambda d: d["episodes"][0].update(labels=["a", "b"]), "labels ['a', 'b'] are not a permutation of 1..N"),
+    ("labels_renamed", lambda d: d["episodes"][0].update(labels=["a", "b"]), "labels ['a', 'b'] are not the class names"),
     ("episode_dropped", lambda d: d["episodes"].pop(), "1 episode(s) missing, e.g. n3-k1-r1"),
     ("episode_repeated", lambda d: d["episodes"].append(d["episodes"][0]), "not a repeated of this grid and dataset"),
     ("episode_of_other_dataset", lambda d: d["episodes"][0].update(dataset="other"), "not a cell of this grid and dataset"),
@@ -144,9 +144,13 @@ ROBOT = {"kind": "robot", "class_by": "hand_subtype", "split": "test",
          "data": {"name": "robot", "image_size": 32, "n_train": 0, "n_calib": 0, "n_test": 60}}  # fmt: skip
 
 
+#: How the ICL judge prompt (the paper's, Appendix A.2) opens.
+ICL_JUDGE = "You are a fair LLM judge"
+
+
 def icl_handler(req):
     text = json.loads(req.data)["messages"][-1]["content"][-1]["text"]
-    if "You are grading" in text:
+    if text.startswith(ICL_JUDGE):
         from cbm.vlm.icl.judge import METRICS
 
         return completion("".join(f"<{m}>4</{m}>" for m in METRICS))
@@ -160,7 +164,7 @@ def icl_cfg(tmp_path: Path, server):
               "max_retries": 0, "backoff_s": 0.0}  # fmt: skip
     return ICLConfig(output_dir=str(tmp_path / "run"), models={"vlm": client}, judge={**client, "model": "judge"},
                      datasets={"robot": ROBOT}, prompts=prompts("icl"), cache_dir=str(tmp_path / "cache"), progress=False,
-                     conditions=["E1", "E3"], episodes={"n_ways": [2, 3], "k_shots": [1], "reps_times_n": 6})  # fmt: skip
+                     conditions=["E1", "E3"], episodes={"n_ways": [2, 3], "k_shots": [1], "reps_times_n": 6, "anonymise": True})  # fmt: skip
 
 
 def test_tampered_trial_records_are_redone_from_the_reply_cache(tmp_path, httpserver, caplog):
@@ -195,7 +199,7 @@ def test_tampered_trial_records_are_redone_from_the_reply_cache(tmp_path, httpse
 def icl_model_handler(req):
     """Like :func:`icl_handler`, but the model named ``other`` answers ``2``: a reused old reply shows."""
     body = json.loads(req.data)
-    if "You are grading" in body["messages"][-1]["content"][-1]["text"]:
+    if body["messages"][-1]["content"][-1]["text"].startswith(ICL_JUDGE):
         return icl_handler(req)
     return completion(f"<response>{2 if body['model'] == 'other' else 1}</response><features>- round head</features>")
 
@@ -203,7 +207,7 @@ def icl_model_handler(req):
 def sent_since(server, n: int) -> tuple[int, int]:
     """(answer requests, judge requests) the server got after its ``n``-th request."""
     texts = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in server.log[n:]]
-    return sum("You are grading" not in t for t in texts), sum("You are grading" in t for t in texts)
+    return sum(not t.startswith(ICL_JUDGE) for t in texts), sum(t.startswith(ICL_JUDGE) for t in texts)
 
 
 def with_vlm(cfg, **settings):

@@ -32,15 +32,16 @@ def test_episode_grid_is_26_runs_disjoint_and_deterministic(tmp_path):
         assert len(e.support) == e.n_way * e.k_shot and len(e.query) == 1
         sup = {s.index for s in e.support}
         assert len(sup) == len(e.support) and e.query[0].index not in sup  # support and query disjoint
-        assert sorted(e.labels) == [str(i) for i in range(1, e.n_way + 1)]  # anonymised ids
+        assert e.labels == e.classes  # the class names are shown (as the paper)
         for s in (*e.support, *e.query):  # every shot's class and label agree with the dataset
             assert NAMES[LABELS[s.index]] == s.cls == e.classes[e.labels.index(s.label)]
         assert sorted(s.cls for s in e.support) == sorted(np.repeat(e.classes, e.k_shot))
     assert cells == {(2, 1): 6, (3, 1): 4, (4, 1): 3, (2, 5): 6, (3, 5): 4, (4, 5): 3}
     assert [e.to_json() for e in make_episodes("toy", LABELS, NAMES, grid)] == [e.to_json() for e in eps]
     assert make_episodes("other", LABELS, NAMES, grid)[0].to_json() != eps[0].to_json()  # seeded per dataset
-    named = make_episodes("toy", LABELS, NAMES, EpisodeGrid(anonymise=False))
-    assert all(set(e.labels) == set(e.classes) for e in named)
+    ids = make_episodes("toy", LABELS, NAMES, EpisodeGrid(anonymise=True))  # the option: numeric ids in a random order
+    assert all(sorted(e.labels) == [str(i) for i in range(1, e.n_way + 1)] for e in ids)
+    assert [e.classes for e in ids] != [e.classes for e in eps] or [e.labels for e in ids] != [e.labels for e in eps]
     # saved as JSON and reused; another grid or dataset is refused in one line
     path = tmp_path / "toy.json"
     toy = ICLDataset("toy", NAMES, LABELS, lambda i: None, {"kind": "toy"})
@@ -231,3 +232,221 @@ def test_judge_vs_human_agreement():
     r = stats.judge_vs_human([5, 4, 3, 1], [5, 3, 5, 1])
     assert r["twa"] == pytest.approx((1 + 0.75 + 0 + 1) / 4) and r["mae"] == pytest.approx(0.75) and r["n"] == 4
     assert stats.accuracy([True, True, False, False]) == {"n": 4, "acc": 0.5, "se": 0.25}
+
+
+# ------------------------------------------------------------------ the paper's prompts (Appendix A) and rubric (Appendix C)
+def paper_prompts() -> dict:
+    from omegaconf import OmegaConf
+
+    from cbm.experiments.common import CONF_DIR
+
+    return OmegaConf.to_container(OmegaConf.load(f"{CONF_DIR}/icl.yaml").prompts)
+
+
+#: The shared system prompt's rules, verbatim from Appendix A.1.
+PAPER_RULES = [
+    "1. Analyze the provided labeled examples to identify the observable visual features that distinguish each class.",
+    "2. Examine the Query Image and compare it strictly against the provided examples.",
+    "3. Determine which label from the provided options best matches the Query Image.",
+    "- Base your decision only on observable visual evidence in the examples and the Query Image.",
+    "- Use the examples to infer discriminative visual patterns for each class.",
+    "- Do not use external world knowledge, hidden assumptions, or speculative attributes.",
+    "- Use only labels from the provided final options list.",
+    "- Choose exactly one final label.",
+    "- Output only the requested XML tags.",
+    "- Do not output any text outside the XML tags.",
+    "<response>final_class</response>\n\nThe content of <response> must be exactly one label copied verbatim from the provided options list.",
+]
+
+
+def test_the_system_prompt_keeps_the_papers_rules_and_injects_the_instruction():
+    from types import SimpleNamespace
+
+    from cbm.vlm.icl.episodes import Episode, Shot
+    from cbm.vlm.icl.run import Trial, trial_messages
+
+    p = paper_prompts()
+    ep = Episode("toy", 2, 1, 0, ("cat", "dog"), ("cat", "dog"), (Shot(0, "cat", "cat"), Shot(1, "dog", "dog")), (Shot(2, "dog", "dog"),))
+    msgs = trial_messages(SimpleNamespace(prompts=p), SimpleNamespace(image=lambda i: np.zeros((4, 4, 3), np.uint8)), Trial("m", "toy", "E4", ep))
+    system = msgs[0]["content"]
+    assert msgs[0]["role"] == "system" and all(rule in system for rule in PAPER_RULES)
+    # the condition's instruction sits between the rules and the closing <response> line, as {CONDITION_INSTRUCTION} does
+    assert system.index("- Do not output any text outside") < system.index(p["instructions"]["E4"]) < system.index("<response>final_class")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[2]["content"] == "<response>cat</response>" and "Options: cat, dog." in next(p["text"] for p in msgs[-1]["content"] if p["type"] == "text")
+    e4, e5 = p["instructions"]["E4"], p["instructions"]["E5"]
+    assert "<features>\n- observable feature: feature value\n</features>" in e4
+    assert "- IF [observable visual features = feature value] THEN [class2]" in e4
+    assert "- [Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])\n</tbox>" in e5
+    assert "<abox>\n- hasVisualFeature(Query, [F3])\n- hasVisualFeature(Query, [F4])\n</abox>" in e5
+    assert "- Rule(s) fired: [Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])" in e5
+    assert "Do not use natural language—include only the fired TBox rules." in e5
+    assert p["instructions"]["E1"] == "Provide only the final class label inside the response tag."
+
+
+def test_the_judge_prompt_and_rubric_are_the_papers():
+    p = paper_prompts()
+    for principle in ["- Evaluate the explanation itself, not whether the response is correct or incorrect.",
+                      "- Judge only what is explicitly present in the model output.",
+                      "- Use the Query image as the source of truth for whether mentioned features are visible."]:  # fmt: skip
+        assert principle in p["judge"]
+    assert all(f"<{m}>1-5</{m}>" in p["judge"] for m in METRICS) and "{response}" in p["judge"] and "{description}" in p["judge"]
+    rubric = p["rubric"]
+    assert all(f"({m})" in rubric for m in METRICS)
+    # Textual Groundedness is coverage (image -> text), Hallucination-Free the reverse direction
+    tg = rubric[rubric.index("(textual_groundedness)") : rubric.index("(hallucination_free)")]
+    assert "Every relevant concept in the image is mentioned in the text explanation." in tg
+    assert "1 = Not Grounded: Severe omissions of key concepts in the explanation." in tg and "5 = Perfectly Grounded: Zero omissions" in tg
+    hf = rubric[rubric.index("(hallucination_free)") : rubric.index("(concept_counting)")]
+    assert "Every relevant concept in the explanation is visible in the image." in hf and "5 = Hallucination-free: Zero hallucinations." in hf
+    assert "5 = Perfectly Discriminative: 100% pathognomonic features." in rubric
+    assert p["descriptions"]["E5"].startswith("The model was asked to classify the Query image and provide a Description Logic (DL)-based")
+
+
+@pytest.mark.parametrize(
+    "system, query, problem",
+    [("Rules only.", "Query. Options: {options}.", "neither has it"), ("{instruction}", "{instruction} {options}", "both have it"),
+     ("{instruction} {labels}", "Query.", "prompts.system: unknown placeholder(s) ['labels']")],
+)  # fmt: skip
+def test_the_instruction_is_placed_exactly_once(system, query, problem):
+    from cbm.vlm.icl.config import check_prompts
+
+    with pytest.raises(ValueError) as err:
+        check_prompts({**paper_prompts(), "system": system, "query": query}, ["E1"])
+    assert problem in str(err.value) and "\n" not in str(err.value)
+    check_prompts({**paper_prompts(), "system": "", "query": "Query. {instruction}"}, ["E1"])  # the older layout still works
+
+
+# ------------------------------------------------------------------ E4 feature: value pairs, E5 in the paper's notation
+def test_e4_features_are_feature_value_pairs():
+    from cbm.vlm.icl.parse import feature_value_pairs, parse_reply
+    from cbm.vlm.icl.run import features_of
+
+    body = "- Petal colour: deep red\n- petal count = 5\n* Leaf shape:  lanceolate.\n- spots"
+    assert feature_value_pairs(body) == [("petal colour", "deep red"), ("petal count", "5"), ("leaf shape", "lanceolate"), ("spots", "")]
+    reply = f"<features>{body}</features><kb>- IF [petal colour = deep red] THEN [rose]</kb><rule_check>- rule 1</rule_check><response>rose</response>"
+    assert features_of(parse_reply(reply, "E4", ["rose", "tulip"])) == {"petal colour: deep red", "petal count: 5", "leaf shape: lanceolate", "spots"}
+    assert features_of(parse_reply("<features>- red petals\n- thorns</features><response>rose</response>", "E3", ["rose"])) == {"red petals", "thorns"}
+
+
+PAPER_TBOX = """- [Persian] ⊑ hasVisualFeature([long fur])
+- hasVisualFeature([hairless skin]) ⊑ [Sphynx]
+- [Bengal] ≡ hasVisualFeature([spotted coat]) ⊓ hasVisualFeature([green eyes])"""
+PAPER_ABOX = "- hasVisualFeature(Query, [spotted coat])\n- hasVisualFeature(QUERY, [green eyes])"
+CATS = ["Persian", "Sphynx", "Bengal"]
+
+
+@pytest.mark.parametrize("claim", ["- Rule(s) fired: [Bengal] ≡ hasVisualFeature([spotted coat]) ⊓ hasVisualFeature([green eyes])",
+                                   "Rule(s) fired: Bengal ≡ hasVisualFeature(GreenEyes) ⊓ hasVisualFeature(Spotted_Coat)"])  # fmt: skip
+def test_checker_reads_the_papers_notation(claim):
+    c = dl.check(PAPER_TBOX, PAPER_ABOX, claim, "Bengal", CATS)
+    assert (c.valid, c.syntactic_validity, c.n_axioms, c.fired_match, c.entails_response, c.consistent) == (True, 1.0, 3, True, True, True)
+    assert c.fired == c.claimed == ["[Bengal] ≡ hasVisualFeature([spotted coat]) ⊓ hasVisualFeature([green eyes])"]
+    assert (c.foreign, c.placeholders, c.problems, c.claim_precision, c.claim_recall) == ([], [], [], 1.0, 1.0)
+
+
+def test_checker_refuses_claims_outside_the_tbox_and_empty_ones():
+    # a fired rule the TBox does not have (one conjunct fewer): not matched, named
+    c = dl.check(PAPER_TBOX, PAPER_ABOX, "- Rule(s) fired: [Bengal] ≡ hasVisualFeature([spotted coat])", "Bengal", CATS)
+    assert not c.fired_match and c.claimed == [] and c.foreign == ["[Bengal] ≡ hasVisualFeature([spotted coat])"]
+    assert "the explanation states axioms the TBox does not have: ['[Bengal] ≡ hasVisualFeature([spotted coat])']" in c.problems
+    # a necessary condition restated as fired
+    c = dl.check(PAPER_TBOX, "- hasVisualFeature(Query, [long fur])", "- Rule(s) fired: [Persian] ⊑ hasVisualFeature([long fur])", "Persian", CATS)
+    assert c.claimed_necessary and not c.fired_match and c.fired == []
+    # no rule named, or junk: never matched; empty or junk boxes: nothing to check, never consistent
+    for expl in ("", "- Rule(s) fired:", "the cat looks spotted"):
+        c = dl.check(PAPER_TBOX, PAPER_ABOX, expl, "Bengal", CATS)
+        assert not c.fired_match and c.consistent and "the explanation names no TBox rule as fired" in c.problems
+    for tbox, abox in (("", ""), ("junk", "more junk"), (PAPER_TBOX, "")):
+        c = dl.check(tbox, abox, "- Rule(s) fired: [Bengal] ≡ hasVisualFeature([spotted coat]) ⊓ hasVisualFeature([green eyes])", "Bengal", CATS)
+        assert not c.fired_match and not c.consistent
+    # the template copied literally: every line holds a placeholder, so nothing is read
+    c = dl.check("- [Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])", "- hasVisualFeature(Query, [F3])",
+                 "- Rule(s) fired: [Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])", "Bengal", CATS)  # fmt: skip
+    assert c.placeholders == ["[Class3]", "[F3]", "[F4]"] and (c.n_axioms, c.valid, c.fired_match, c.consistent) == (0, False, False, False)
+    # the numbered form still works, named by id after a lead-in
+    c = dl.check("A1: [Bengal] ≡ hasVisualFeature([spots])", "hasVisualFeature(query, spots)", "Rule(s) fired: A1", "Bengal", CATS)
+    assert c.fired_match and c.entails_response
+
+
+# ------------------------------------------------------------------ tables as the paper, Spearman over metric x condition
+def hand_records() -> list[dict]:
+    """Two models x two datasets x E1, E2; per (model, dataset, condition) four 2-way 1-shot and
+    two 3-way 5-shot trials with planned outcomes; E2 judged with planned scores."""
+    plan = {("a", "x"): [1, 1, 1, 0, 1, 1], ("a", "y"): [1, 1, 0, 0, 0, 1], ("b", "x"): [1, 1, 1, 1, 1, 1], ("b", "y"): [0, 0, 0, 0, 1, 0]}
+    recs = []
+    for (m, d), outcomes in plan.items():
+        for c in ("E1", "E2"):
+            for i, ok in enumerate(outcomes if c == "E1" else outcomes[::-1]):
+                r = {"status": "answered", "model": m, "dataset": d, "condition": c, "correct": bool(ok), "n_way": 2 if i < 4 else 3,
+                     "k_shot": 1 if i < 4 else 5}  # fmt: skip
+                if c == "E2":
+                    r["judge"] = {"complete": True, "scores": dict.fromkeys(METRICS, 1 + i % 5)}
+                recs.append(r)
+    recs.append({"status": "error", "model": "a", "dataset": "x", "condition": "E1", "n_way": 2, "k_shot": 1})  # no answer: in no table
+    return recs
+
+
+def test_accuracy_tables_by_model_dataset_and_nk_are_exact():
+    from cbm.vlm.icl.run import accuracy_by, accuracy_nk_rows, judge_by_condition_rows, paper_tables_md
+
+    recs = hand_records()
+    by_model = {(r["condition"], r["model"]): r for r in accuracy_by(recs, "model", ["E1", "E2"])}
+    assert [k for k in by_model] == [("E1", "a"), ("E1", "b"), ("E2", "a"), ("E2", "b")]
+    a = by_model[("E1", "a")]  # 5 + 3 of 12 over the two datasets
+    assert (a["n"], a["accuracy"], a["se"]) == (12, 8 / 12, pytest.approx(math.sqrt(8 / 12 * 4 / 12 / 12)))
+    assert by_model[("E1", "b")]["accuracy"] == 7 / 12 and by_model[("E2", "a")]["accuracy"] == 8 / 12  # the same outcomes, reversed
+    by_ds = {(r["condition"], r["dataset"]): r for r in accuracy_by(recs, "dataset", ["E1", "E2"])}
+    assert (by_ds[("E1", "x")]["n"], by_ds[("E1", "x")]["accuracy"], by_ds[("E1", "y")]["accuracy"]) == (12, 11 / 12, 4 / 12)
+    nk = {(r["model"], r["dataset"], r["condition"], r["n_way"], r["k_shot"]): r for r in accuracy_nk_rows(recs, ["E1", "E2"])}
+    assert len(nk) == 2 * 2 * 2 * 2 and nk[("a", "y", "E1", 2, 1)]["accuracy"] == 0.5 and nk[("a", "y", "E1", 2, 1)]["n"] == 4
+    assert nk[("a", "y", "E1", 3, 5)]["accuracy"] == 0.5 and nk[("a", "y", "E1", 3, 5)]["n"] == 2
+    assert nk[("b", "y", "E2", 2, 1)]["accuracy"] == 0.25  # [0, 1, 0, 0, 0, 0] reversed: the first four
+    judge = judge_by_condition_rows(recs, ["E1", "E2"])
+    assert [r["condition"] for r in judge] == ["E2"] * len(METRICS)  # E1 unjudged: no row
+    scores = [1, 2, 3, 4, 5, 1] * 4
+    assert judge[0]["n"] == 24 and judge[0]["mean"] == pytest.approx(np.mean(scores))
+    assert judge[0]["se"] == pytest.approx(np.std(scores, ddof=1) / math.sqrt(24))
+    tables = {"accuracy_by_model": list(by_model.values()), "accuracy_by_dataset": list(by_ds.values()),
+              "accuracy_by_nk": list(nk.values()), "judge_by_condition": judge}  # fmt: skip
+    md = paper_tables_md(tables)
+    se = 100 * math.sqrt(8 / 12 * 4 / 12 / 12)
+    assert f"| E1 | 66.7 ({se:.1f}), n = 12 | 58.3 (" in md and "| E2 | 2.67 (0." in md
+    assert "Accuracy (%) of a by dataset, condition, N and K (Appendix D)" in md and "| y / E1 | 50.0 (4) | 50.0 (2) |" in md
+
+
+def test_spearman_is_corrected_over_every_metric_and_condition():
+    from scipy.stats import spearmanr
+
+    from cbm.vlm.icl.run import spearman_by_condition
+
+    rng = np.random.default_rng(1)
+    recs = []
+    for c in ("E2", "E3", "E4", "E5"):
+        for _ in range(40):
+            recs.append({"status": "answered", "condition": c, "correct": bool(rng.random() < 0.6),
+                         "judge": {"complete": True, "scores": {m: int(rng.integers(1, 6)) for m in METRICS}}})  # fmt: skip
+    recs.append({"status": "answered", "condition": "E1", "correct": True})  # unjudged: not in the family
+    for method in ("bonferroni", "holm"):
+        res = spearman_by_condition(recs, ["E1", "E2", "E3", "E4", "E5"], method)
+        assert (res["planned"], res["family"], len(res["rows"])) == (36, 36, 36) and res["correction"] == method
+        raw = []
+        for r in res["rows"]:
+            rs = [x for x in recs if x["condition"] == r["condition"]]
+            ref = spearmanr([x["judge"]["scores"][r["metric"]] for x in rs], [x["correct"] for x in rs])
+            assert r["n"] == 40 and r["rho"] == pytest.approx(ref.statistic) and r["p"] == pytest.approx(ref.pvalue)
+            raw.append(ref.pvalue)
+        if method == "bonferroni":  # the paper: p x 36
+            assert [r["p_adj"] for r in res["rows"]] == pytest.approx([min(1.0, 36 * p) for p in raw])
+        else:
+            from statsmodels.stats.multitest import multipletests
+
+            assert [r["p_adj"] for r in res["rows"]] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    # a constant metric is no test: the family shrinks, the plan does not
+    for r in recs:
+        if r["condition"] == "E5":
+            r["judge"]["scores"]["conciseness"] = 5
+    res = spearman_by_condition(recs, ["E2", "E3", "E4", "E5"], "bonferroni")
+    assert (res["planned"], res["family"]) == (36, 35)
+    row = next(r for r in res["rows"] if r["condition"] == "E2" and r["metric"] == "conciseness")
+    assert row["p_adj"] == pytest.approx(min(1.0, 35 * row["p"]))

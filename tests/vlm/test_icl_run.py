@@ -24,8 +24,12 @@ from cbm.vlm.messages import decode_image_part
 CONF = Path(__file__).resolve().parents[2] / "cbm" / "conf" / "icl.yaml"
 ROBOT = {"kind": "robot", "class_by": "hand_subtype", "split": "test",
          "data": {"name": "robot", "image_size": 32, "n_train": 0, "n_calib": 0, "n_test": 90}}  # fmt: skip
-MARK = {"E1": "Reply with the label only", "E2": "explain in a few sentences", "E3": "list the visual features",
-        "E4": "knowledge base of IF-THEN", "E5": "Description-Logic explanation"}  # fmt: skip
+#: A phrase of each condition's instruction (in the system prompt) and of its judge description.
+MARK = {"E1": "Provide only the final class label", "E2": "concise natural language explanation", "E3": "smallest sufficient set",
+        "E4": "knowledge base (KB)", "E5": "minimal and concise Description Logic statements"}  # fmt: skip
+JUDGE_MARK = {"E1": "without an explanation", "E2": "concise natural-language explanation", "E3": "minimal list of critical observable",
+              "E4": "rule-based explanation", "E5": "(DL)-based explanation"}  # fmt: skip
+JUDGE_OPENING = "You are a fair LLM judge"
 
 
 def prompts() -> dict:
@@ -38,27 +42,38 @@ def image_key(part: dict) -> bytes:
     return np.asarray(decode_image_part(part).convert("RGB")).tobytes()
 
 
+def camel(label: str) -> str:
+    """``"star hands"`` -> ``"StarHands"`` (a class named in DL as a model would write it)."""
+    return "".join(w.capitalize() for w in label.split())
+
+
 def model_reply(condition: str, right: str, wrong: str, n: int, k: int) -> str:
-    """The planned output: E1 wrong on 4-way, E3 wrong on 4-way 1-shot; E2 leaves <explanation>
-    unclosed on 3-way; E4 omits <rule_check> on 2-way 5-shot; E5 is correct on 2-way, claims a
+    """The planned output, in the paper's formats (Appendix A.1): E1 wrong on 4-way, E3 wrong on
+    4-way 1-shot; E2 leaves <explanation> unclosed on 3-way; E4 (``feature: value`` pairs, an
+    IF [feature = value] THEN [class] KB) omits <rule_check> on 2-way 5-shot; E5 (TBox, ABox with
+    ``hasVisualFeature(Query, F)``, the fired rules restated) is correct on 2-way, claims a
     necessary condition on 3-way, copies the template's placeholders on 4-way."""
     if condition == "E1":
         return f"<response>{wrong if n == 4 else right}</response>"
     if condition == "E2":
-        return f"<response>{right}</response><explanation>the hands" + ("" if n == 3 else "</explanation>")
+        return "<explanation>the hands" + ("" if n == 3 else "</explanation>") + f"<response>{right}</response>"
     if condition == "E3":
-        return f"<response>{wrong if (n, k) == (4, 1) else right}</response><features>- star hands\n- round head</features>"
+        return f"<features>\n- star hands\n- round head\n</features>\n<response>{wrong if (n, k) == (4, 1) else right}</response>"
     if condition == "E4":
-        rc = "" if (n, k) == (2, 5) else f"<rule_check>rule 1 fires: {right}</rule_check>"
-        return f"<response>{right}</response><features>- star hands</features><kb>IF star hands THEN {right}</kb>{rc}"
+        rule = f"IF [hand shape = star AND head shape = round] THEN [{right}]"
+        rc = "" if (n, k) == (2, 5) else f"<rule_check>\n- {rule} fires: hand shape is star and head shape is round.\n</rule_check>\n"
+        return (f"<features>\n- hand shape: star\n- head shape: round\n</features>\n<kb>\n- {rule}\n- IF [hand shape = ball] THEN [{wrong}]\n"
+                f"</kb>\n{rc}<response>{right}</response>")  # fmt: skip
     if n == 2:
-        tbox, expl = f"A1: Class_{right} ≡ hasVisualFeature(StarHands)\nA2: hasVisualFeature(BallHands) ⊑ Class_{wrong}", "A1 fires."
+        fired = f"[{right}] ≡ hasVisualFeature([star hands]) ⊓ hasVisualFeature([round head])"
+        tbox = f"- {fired}\n- hasVisualFeature(BallHands) ⊑ {camel(wrong)}"
+        claim = f"{camel(right)} ≡ hasVisualFeature(RoundHead) ⊓ hasVisualFeature(StarHands)"  # the same axiom, written otherwise
     elif n == 3:
-        tbox, expl = f"A1: Class_{right} ⊑ hasVisualFeature(StarHands)", "A1 fires."
+        tbox = claim = f"{camel(right)} ⊑ hasVisualFeature(StarHands)"
     else:
-        tbox, expl = "A1: [Class] ≡ hasVisualFeature([F1])", "A1 fires."
-    return (f"<response>{right}</response><tbox>{tbox}</tbox><abox>hasVisualFeature(query, StarHands)</abox>"
-            f"<dl_explanation>{expl} Therefore Class_{right}(query)</dl_explanation>")  # fmt: skip
+        tbox = claim = "[Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])"
+    return (f"<tbox>\n{tbox}\n</tbox>\n<abox>\n- hasVisualFeature(Query, [star hands])\n- hasVisualFeature(Query, RoundHead)\n</abox>\n"
+            f"<dl_explanation>\n- Rule(s) fired: {claim}\n</dl_explanation>\n<response>{right}</response>")  # fmt: skip
 
 
 JUDGE_SCORE = {"E1": 3, "E2": 4, "E3": 5, "E4": 5, "E5": 2}
@@ -69,8 +84,8 @@ def scripted(table: dict[bytes, str]):
         msgs = json.loads(req.data)["messages"]
         parts = msgs[-1]["content"]
         text = next(p["text"] for p in parts if p["type"] == "text")
-        if "You are grading" in text:
-            cond = re.search(r"It was asked for: (E\d)", text).group(1)
+        if text.startswith(JUDGE_OPENING):
+            cond = next(c for c, mark in JUDGE_MARK.items() if mark in text)
             s = {m: JUDGE_SCORE[cond] for m in METRICS}
             if cond == "E2" and "<explanation>the hands</explanation>" not in text:  # the unclosed ones: a broken judge reply
                 return completion("".join(f"<{m}>{7 if m == 'conciseness' else v}</{m}>" for m, v in s.items()))
@@ -83,7 +98,8 @@ def scripted(table: dict[bytes, str]):
         right = labels[table[image_key(next(p for p in parts if p["type"] == "image_url"))]]
         wrong = next(v for v in labels.values() if v != right)
         n, k = len(labels), sum(m["role"] == "assistant" for m in msgs) // len(labels)
-        cond = next(c for c, mark in MARK.items() if mark in text)
+        system = msgs[0]["content"] if msgs[0]["role"] == "system" else ""
+        cond = next(c for c, mark in MARK.items() if mark in system + text)
         return completion(model_reply(cond, right, wrong, n, k))
 
     return handler
@@ -141,7 +157,22 @@ def test_end_to_end_tables_are_exactly_the_planned_ones(tmp_path, httpserver, ta
     assert "McNemar (exact) E1 vs E2, n = 26: 0 vs 6 discordant, p = 0.03125, holm-adjusted over the 10 pairs p = 0.3125" in md
     assert "judge tests on the 18 episodes judged completely" in md and "n = 18" in md
     assert st["cochrans_q"]["df"] == 4 and st["cochrans_q"]["p"] < 0.05
+    # the paper's tables: one model and one dataset, so Tables 4 and 5 are the accuracy per condition
+    assert [(r["condition"], r["model"], r["n"], r["accuracy"]) for r in t["accuracy_by_model"]] == [
+        (c, "vlm", 26, acc[c]["accuracy"]) for c in ("E1", "E2", "E3", "E4", "E5")]
+    assert [r["accuracy"] for r in t["accuracy_by_dataset"]] == [r["accuracy"] for r in t["accuracy_by_model"]]
+    nk = {(r["condition"], r["n_way"], r["k_shot"]): (r["n"], r["accuracy"]) for r in t["accuracy_by_nk"]}
+    assert nk[("E1", 4, 1)] == (3, 0.0) and nk[("E1", 2, 5)] == (6, 1.0) and nk[("E3", 4, 1)] == (3, 0.0) and nk[("E3", 4, 5)] == (3, 1.0)
+    tg = {(r["condition"], r["metric"]): (r["n"], r["mean"]) for r in t["judge_by_condition"] if r["metric"] in ("textual_groundedness", "conciseness")}
+    assert tg == {("E2", "textual_groundedness"): (26, 4.0), ("E2", "conciseness"): (18, 4.0),  # 8 replies without a valid conciseness
+                  **{(c, m): (26, JUDGE_SCORE[c]) for c in ("E3", "E4", "E5") for m in ("textual_groundedness", "conciseness")}}  # fmt: skip
+    sp = out["stats"]["spearman_by_condition"]  # every score constant within a condition: no test runs, 36 were planned
+    assert (sp["planned"], sp["family"], len(sp["rows"])) == (36, 0, 36) and all(r["n"] == (18 if r["condition"] == "E2" else 26) for r in sp["rows"])
+    assert "| E1 | 76.9 (8.3), n = 26 |" in md and "| robot / E1 | 100.0 (6) | 100.0 (6) | 100.0 (4) | 100.0 (4) | 0.0 (3) | 0.0 (3) |" in md
+    assert "p adjusted (holm) over the family of 0 tests (36 planned" in md
     run_dir = tmp_path / "run"
+    for f in ("accuracy_by_model.csv", "accuracy_by_dataset.md", "accuracy_by_nk.csv", "judge_by_condition.md"):
+        assert (run_dir / f).stat().st_size > 0, f
     for f in ("accuracy.md", "accuracy.csv", "parse_errors.csv", "judge.md", "judge.csv", "checker.md", "checker.csv", "stats.md",
               "stats.json", "results.json"):  # fmt: skip
         assert (run_dir / f).stat().st_size > 0, f

@@ -13,21 +13,23 @@ from cbm.vlm.icl.episodes import EpisodeGrid
 from cbm.vlm.icl.parse import CONDITION_TAGS
 from cbm.vlm.icl.stats import CORRECTIONS
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
-from cbm.vlm.templates import check_template
+from cbm.vlm.templates import check_template, placeholders
 from cbm.vlm.typed import check_fields, nested
 
 #: Prompt templates and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
-    "system": (),
+    "system": ("instruction", "options"),
     "support_user": ("index", "options"),
     "support_assistant": ("label",),
     "query": ("options", "instruction"),
-    "judge": ("options", "condition", "description", "output", "rubric", "support_note"),
+    "judge": ("options", "condition", "description", "output", "response", "rubric", "support_note"),
     "judge_global": ("classes", "response", "output"),
     "rubric": (),
 }
 #: Templates that may be empty (no system prompt, no rubric).
 OPTIONAL_PROMPTS = ("system", "rubric")
+#: Where the condition's instruction may go: the system prompt (as the paper) or the query turn.
+INSTRUCTION_PLACES = ("system", "query")
 #: Per-condition tables of ``prompts`` (one entry per condition) and their placeholders.
 PROMPT_TABLES: dict[str, tuple[str, ...]] = {"instructions": ("options",), "descriptions": ("options",)}
 
@@ -125,8 +127,9 @@ class ICLConfig:
 
 
 def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
-    """Every template is there, is a string and uses only its placeholders, written plainly; every
-    condition has an instruction and a description; no unknown template."""
+    """Every template is there, is a string and uses only its placeholders, written plainly; the
+    condition's instruction is placed once (system prompt or query turn); every condition has an
+    instruction and a description; no unknown template."""
     missing = sorted(set(PROMPT_FIELDS) - set(prompts))
     if missing:
         raise ValueError(f"prompts: missing template(s) {missing}")
@@ -135,6 +138,11 @@ def check_prompts(prompts: dict[str, Any], conditions: list[str]) -> None:
         raise ValueError(f"prompts: unknown template(s) {extra} (known: {', '.join([*PROMPT_FIELDS, *PROMPT_TABLES])})")
     for name, allowed in PROMPT_FIELDS.items():
         check_template(name, prompts[name], allowed, may_be_empty=name in OPTIONAL_PROMPTS)
+    placed = [name for name in INSTRUCTION_PLACES if "instruction" in placeholders(prompts[name])]
+    if len(placed) != 1:
+        where = "both have it" if placed else "neither has it"
+        raise ValueError(f"prompts: {{instruction}} (the condition's instruction) must appear in exactly one of prompts.system, "
+                         f"prompts.query; {where}")
     for part, allowed in PROMPT_TABLES.items():
         table = prompts.get(part)
         if not isinstance(table, dict):

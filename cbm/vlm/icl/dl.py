@@ -13,9 +13,14 @@ all three and decides what actually follows:
   The episode's classes are mutually exclusive, so two different entailed classes are an
   inconsistency.
 
-ASCII spellings are accepted (``<=``/``SubClassOf`` for ⊑, ``==``/``EquivalentTo`` for ≡,
-``and``/``&`` for ⊓, ``exists hasVisualFeature.F``). Template placeholders copied literally
-(``[F1]``, ``[Class]``) are flagged. :func:`check` scores syntactic validity, whether the claimed
+The paper's notation (Appendix A.1) is read as written: names in square brackets (``[Persian]
+≡ hasVisualFeature([long fur])``), ``hasVisualFeature(Query, F)`` assertions (any case of the
+individual) and an explanation listing the fired rules as the axioms' own text (``Rule(s) fired:
+[Class3] ≡ hasVisualFeature([F3]) ⊓ hasVisualFeature([F4])``), matched to the TBox's axioms after
+normalisation; rules numbered in the TBox (``A1: ...``) may be named by their id instead. ASCII
+spellings are accepted (``<=``/``SubClassOf`` for ⊑, ``==``/``EquivalentTo`` for ≡, ``and``/``&``
+for ⊓, ``exists hasVisualFeature.F``). The template's own placeholders copied literally
+(``[F1]``, ``[Class3]``) are flagged, and a line holding one is no axiom or assertion. :func:`check` scores syntactic validity, whether the claimed
 fired axioms are those that fire, whether the entailed class is the ``<response>``, and
 consistency; :func:`to_owl` exports the TBox and ABox to OWL (rdflib) for a standard reasoner.
 """
@@ -34,10 +39,11 @@ _SUB = r"(?:⊑|⊆|<=|\bSubClassOf\b)"
 _EQ = r"(?:≡|==|\bEquivalentTo\b)"
 _AND = re.compile(r"\s*(?:⊓|&|\band\b|\bAND\b)\s*")
 _ATOM = re.compile(r"^(?:hasVisualFeature\s*\(\s*([^(),]+?)\s*\)|(?:∃|\bexists\b|\bsome\b)\s*hasVisualFeature\s*\.\s*([\w-]+))$", re.IGNORECASE)
-_NAME = re.compile(r"^[A-Za-z_][\w-]*$")
+_NAME = re.compile(r"^[A-Za-z_][\w-]*$|^\[[^\[\]()⊑≡⊓]+\]$")  # a plain name, or any name in square brackets
 _BOTTOM = re.compile(r"^(?:⊥|bottom|owl:Nothing|Nothing)$", re.IGNORECASE)
 _PREFIX = re.compile(r"^\s*(?:[-*\u2022]\s*)?(?:\(?([A-Za-z]{0,3}\d+)[.):]\)?\s+)?")
-_PLACEHOLDER = re.compile(r"\[[A-Za-z][\w ]{0,30}\]|<(?:F\d*|C|Class|Feature)>|\{[A-Za-z]\w*\}")
+#: The placeholders of the paper's templates ([Class1], [F3], [class2]) and of common ones (<F1>, {Class}).
+_PLACEHOLDER = re.compile(r"\[(?:[Cc]lass|F|Feature)\s*\d*\]|<(?:F\d*|C|Class|Feature)>|\{[A-Za-z]\w*\}")
 _FEAT_ASSERT = re.compile(r"^hasVisualFeature\s*\(\s*([^(),]+?)\s*,\s*([^(),]+?)\s*\)$", re.IGNORECASE)
 _EXISTS_ASSERT = re.compile(r"^([\w-]+)\s*:\s*(?:∃|\bexists\b|\bsome\b)\s*hasVisualFeature\s*\.\s*([\w-]+)$", re.IGNORECASE)
 _CLASS_ASSERT = re.compile(r"^([A-Za-z_][\w-]*)\s*\(\s*([\w-]+)\s*\)$")
@@ -45,8 +51,8 @@ _COLON_ASSERT = re.compile(r"^([\w-]+)\s*:\s*([A-Za-z_][\w-]*)$")
 
 
 def norm(name: str) -> str:
-    """Names compared case-, space-, underscore- and hyphen-insensitively."""
-    return re.sub(r"[\s_\-]+", "", name).lower()
+    """Names compared case-, space-, underscore-, hyphen- and bracket-insensitively."""
+    return re.sub(r"[\s_\-\[\]]+", "", name).lower()
 
 
 @dataclass(frozen=True)
@@ -135,10 +141,10 @@ def _lines(text: str) -> list[str]:
 
 
 def parse_tbox(text: str) -> tuple[list[Axiom], list[str]]:
-    """Axioms, and the lines that are not axioms."""
+    """Axioms, and the lines that are not axioms (a template placeholder copied literally included)."""
     axioms, bad = [], []
     for ln in _lines(text):
-        ax = parse_axiom(ln)
+        ax = None if _PLACEHOLDER.search(ln) else parse_axiom(ln)
         (axioms.append(ax) if ax else bad.append(ln))
     return axioms, bad
 
@@ -148,6 +154,9 @@ def parse_abox(text: str) -> tuple[ABox, list[str]]:
     box, bad = ABox(), []
     for ln in _lines(text):
         s = _PREFIX.sub("", ln, count=1).strip().rstrip(".,").strip()
+        if _PLACEHOLDER.search(s):
+            bad.append(ln)
+            continue
         if m := _FEAT_ASSERT.match(s):
             ind, f = norm(m.group(1)), m.group(2).strip()
         elif m := _EXISTS_ASSERT.match(s):
@@ -195,8 +204,9 @@ class Check:
     n_axioms: int
     fired: list[str]  # axioms that fire (as written)
     claimed: list[str]  # axioms the explanation claims fire
+    foreign: list[str]  # axioms the explanation states as fired that the TBox does not have
     claimed_necessary: bool  # a necessary condition claimed as fired (it never classifies)
-    fired_match: bool  # claimed == fired, and every axiom id it names exists
+    fired_match: bool  # >= 1 rule claimed, claimed == fired, every id it names exists, no axiom outside the TBox
     claim_precision: float | None
     claim_recall: float | None
     entailed: list[str]
@@ -211,35 +221,49 @@ class Check:
 
 _ATOMS_IN_TEXT = re.compile(r"hasVisualFeature\s*\([^)]*\)|(?:∃|\bexists\b|\bsome\b)\s*hasVisualFeature\s*\.\s*[\w-]+", re.IGNORECASE)
 _CLAIM_SPLIT = re.compile(r",|\.\s|\b(?:fires?|fired|applies|hence|therefore|thus|so|because|since)\b", re.IGNORECASE)
+#: A short lead-in naming what follows as fired (``Rule(s) fired:``, ``Fired axioms:``, ``- Triggered:``).
+_FIRED_LEAD = re.compile(r"^\s*(?:[-*\u2022]\s*)?(?=[^:⊑≡⊓]{0,40}?\b(?:fire[sd]?|firing|triggered)\b)[^:⊑≡⊓]{0,40}?:\s*", re.IGNORECASE)
 
 
-def _claimed(expl: str, axioms: list[Axiom]) -> tuple[list[int], str | None, list[str]]:
-    """Axioms the explanation names (restated, or by the id the TBox gave them), the class it
-    concludes (its last ``C(individual)`` / ``individual : C``), and ids it names that no axiom has."""
+@dataclass
+class Claims:
+    """What an E5 explanation says fires: TBox axioms (indices), axioms it states that the TBox does
+    not have (``foreign``), ids it names that no axiom has (``unresolved``) and the class it concludes."""
+
+    found: list[int] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    concl: str | None = None
+
+
+def _claimed(expl: str, axioms: list[Axiom]) -> Claims:
+    """The axioms the explanation names: restated as text (the paper's ``Rule(s) fired: <axiom>``,
+    matched to the TBox's axioms after normalisation: names, feature order, ASCII spellings) or by
+    the id the TBox gave them; an axiom stated that the TBox does not have is ``foreign``. The
+    class it concludes is its last ``C(individual)`` / ``individual : C``."""
     keys = {a.key(): i for i, a in enumerate(axioms)}
     labels = {a.label.lower(): i for i, a in enumerate(axioms) if a.label}
     prefixes = {re.match(r"[a-z]*", a.label.lower()).group(0) for a in axioms if a.label} | {"a", "r", "ax"}
-    found: list[int] = []
-    unresolved: list[str] = []
-    concl = None
-    for ln in _lines(expl):
-        for frag in [ln, *_CLAIM_SPLIT.split(ln)]:  # an axiom restated inside prose ("... fires, hence ...")
-            ax = parse_axiom(frag) if frag and frag.strip() else None
-            if ax is not None and ax.key() in keys:
-                found.append(keys[ax.key()])
-                break
-        bare = _ATOMS_IN_TEXT.sub(" ", ln)  # feature names (F1, P2) are not axiom ids
-        for tok in re.findall(r"\b([A-Za-z]{1,3}\d+)\b", bare):
-            if tok.lower() in labels:
-                found.append(labels[tok.lower()])
-            elif re.match(r"[a-z]+", tok.lower()).group(0) in prefixes:
-                unresolved.append(tok)
+    out = Claims()
+    for raw in _lines(expl):
+        ln = _FIRED_LEAD.sub("", raw, count=1)
+        whole = parse_axiom(ln)  # one axiom restated, else each fragment of a line in prose ("... fires, hence ...")
+        stated = [whole] if whole is not None else [a for f in _CLAIM_SPLIT.split(ln) if f and f.strip() and (a := parse_axiom(f))]
+        for ax in stated:
+            (out.found.append(keys[ax.key()]) if ax.key() in keys else out.foreign.append(ax.text))
+        if whole is None:  # ids named in the line (feature names such as F1 are not axiom ids)
+            for tok in re.findall(r"\b([A-Za-z]{1,3}\d+)\b", _ATOMS_IN_TEXT.sub(" ", raw)):
+                if tok.lower() in labels:
+                    out.found.append(labels[tok.lower()])
+                elif re.match(r"[a-z]+", tok.lower()).group(0) in prefixes:
+                    out.unresolved.append(tok)
         for m in re.finditer(r"([A-Za-z_][\w-]*)\s*\(\s*([\w-]+)\s*\)", ln):
             if m.group(1).lower() != "hasvisualfeature":
-                concl = m.group(1)
+                out.concl = m.group(1)
         for m in re.finditer(r"\b([\w-]+)\s*:\s*([A-Za-z_][\w-]*)\b", ln):
-            concl = m.group(2)
-    return list(dict.fromkeys(found)), concl, unresolved
+            out.concl = m.group(2)
+    out.found = list(dict.fromkeys(out.found))
+    return out
 
 
 def class_matches(cls: str, response: str | None) -> bool:
@@ -258,7 +282,8 @@ def check(tbox: str, abox: str, explanation: str, response: str | None, labels: 
     n_lines = len(_lines(tbox)) + len(_lines(abox))
     holders = sorted(set(_PLACEHOLDER.findall("\n".join([tbox or "", abox or "", explanation or ""]))))
     problems = [f"not an axiom: {ln[:60]}" for ln in bad_t] + [f"not an assertion: {ln[:60]}" for ln in bad_a]
-    claimed, concl, unresolved = _claimed(explanation, axioms)
+    claims = _claimed(explanation, axioms)
+    claimed, concl, unresolved = claims.found, claims.concl, claims.unresolved
     inds = list(box.features) or [""]
     ind = inds[0]
     if len(inds) > 1 and concl is not None:  # the individual the explanation classifies
@@ -290,6 +315,10 @@ def check(tbox: str, abox: str, explanation: str, response: str | None, labels: 
         problems.append("an axiom claimed to fire does not fire for the ABox")
     if unresolved:
         problems.append(f"the explanation names axioms the TBox does not define: {sorted(set(unresolved))}")
+    if claims.foreign:
+        problems.append(f"the explanation states axioms the TBox does not have: {[t[:60] for t in claims.foreign]}")
+    if checkable and not claimed and not claims.foreign and not unresolved:
+        problems.append("the explanation names no TBox rule as fired")
     entails_response = len(mains) == 1 and class_matches(next(iter(mains)), response)
     if mains and not entails_response:
         problems.append(f"the fired rules entail {sorted(mains)}, the response is {response!r}")
@@ -302,8 +331,9 @@ def check(tbox: str, abox: str, explanation: str, response: str | None, labels: 
         n_axioms=len(axioms),
         fired=[axioms[i].text for i in fired],
         claimed=[axioms[i].text for i in claimed],
+        foreign=claims.foreign,
         claimed_necessary=necessary,
-        fired_match=checkable and claimed_set == fired_set and not unresolved,
+        fired_match=checkable and bool(claimed_set) and claimed_set == fired_set and not unresolved and not claims.foreign,
         claim_precision=precision,
         claim_recall=recall,
         entailed=sorted(entailed),

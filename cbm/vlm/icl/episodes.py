@@ -5,9 +5,9 @@ The grid is every ``n_way`` x ``k_shot`` with ``reps_times_n // n_way`` repetiti
 12: 6 two-way, 4 three-way and 3 four-way episodes per K, 26 in all for K in {1, 5}). Each
 episode draws its N classes, K support items per class and ``queries`` query items per episode
 (Q = 1: one query, of one of the N classes); support and query never share an item. Class
-labels are shown to the model as numeric ids (``1..N`` in a random order) unless
-``anonymise=False``.
-"""
+labels are shown to the model as the class names, as the paper does, or as numeric ids (``1..N``
+in a random order) with ``anonymise=True``. The grid, ``anonymise`` included, is saved in the
+episodes file: a file drawn with another value is refused in one line (delete it to redraw)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class EpisodeGrid:
     reps_times_n: int = 12
     queries: int = 1
     seed: int = 42
-    anonymise: bool = True
+    anonymise: bool = False  # True: numeric ids 1..N instead of the class names
 
     def __post_init__(self) -> None:
         check_fields(self, "episodes.")

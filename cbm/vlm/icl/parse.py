@@ -117,6 +117,26 @@ def bullet_features(text: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+#: What separates a feature from its value in an E4 ``<features>`` line (``colour: red``, ``colour = red``).
+_PAIR_SEP = re.compile(r"\s*(?::|=)\s*")
+
+
+def feature_value_pairs(text: str) -> list[tuple[str, str]]:
+    """``(feature, value)`` pairs from an E4 ``<features>`` body in the paper's ``- feature: value``
+    form (``=`` accepted too), bullets as :func:`bullet_features` reads them; a line without a
+    separator is a feature with value ``""``. Lower-cased, duplicates dropped (order kept)."""
+    pairs = []
+    for item in bullet_features(text):
+        feature, _, value = _PAIR_SEP.sub(":", item, count=1).partition(":")
+        pairs.append((feature.strip(), value.strip()))
+    return list(dict.fromkeys(pairs))
+
+
+def pair_text(feature: str, value: str) -> str:
+    """``("colour", "red")`` -> ``"colour: red"`` (a feature without value stays bare)."""
+    return f"{feature}: {value}" if value else feature
+
+
 def count_issues(parsed: Iterable[Parsed]) -> dict[str, int]:
     """Errors per kind (a reply with two missing tags counts twice)."""
     counts = dict.fromkeys(ERROR_KINDS, 0)

@@ -7,7 +7,9 @@ Each record also says what produced it (``made_by``: digests of the model's and 
 endpoint, model and sampling parameters, of the dataset and episode, of the prompts and judge
 options): a record made by other settings is redone, not reused (see :meth:`Study._load`).
 ``run(cfg)`` writes ``accuracy.{md,csv}``, ``parse_errors.csv``, ``judge.{md,csv}``,
-``checker.{md,csv}``, ``stats.{md,json}``, ``radar.png`` and ``results.json``.
+``checker.{md,csv}``, the paper's tables (``accuracy_by_model``, ``accuracy_by_dataset``,
+``accuracy_by_nk``, ``judge_by_condition``: ``.csv`` and ``.md``, and in its layout at the top of
+``stats.md``), ``stats.{md,json}``, ``radar.png`` and ``results.json``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from cbm.vlm.icl.config import ICLConfig
 from cbm.vlm.icl.datasets import ICLDataset, make_dataset
 from cbm.vlm.icl.episodes import Episode, load_episodes, make_episodes, save_episodes
 from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibility
-from cbm.vlm.icl.parse import ERROR_KINDS, Parsed, bullet_features, parse_reply
+from cbm.vlm.icl.parse import (
+    ERROR_KINDS,
+    Parsed,
+    bullet_features,
+    feature_value_pairs,
+    pair_text,
+    parse_reply,
+)
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
@@ -72,20 +81,29 @@ def options_text(labels: Sequence[str]) -> str:
 
 
 def trial_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial) -> Messages:
-    """System prompt; each support image as a user turn with its label as the assistant turn; the
-    query image with the condition's instruction."""
+    """The system prompt (the paper's shared prompt, the condition's instruction injected); each
+    support image as a user turn with its label as the assistant turn; the query image. The
+    instruction goes where ``{instruction}`` is: the system prompt or the query turn."""
     p, ep = cfg.prompts, trial.episode
     opts = options_text(ep.labels)
-    msgs: Messages = [{"role": "system", "content": p["system"]}] if p["system"] else []
+    instruction = p["instructions"][trial.condition].format(options=opts)
+    system = p["system"].format(instruction=instruction, options=opts)
+    msgs: Messages = [{"role": "system", "content": system}] if system.strip() else []
     for i, shot in enumerate(ep.support, 1):
         msgs.append(user_message(p["support_user"].format(index=i, options=opts), [ds.image(shot.index)]))
         msgs.append({"role": "assistant", "content": p["support_assistant"].format(label=shot.label)})
-    instruction = p["instructions"][trial.condition].format(options=opts)
     msgs.append(user_message(p["query"].format(options=opts, instruction=instruction), [ds.image(ep.query[0].index)]))
     return msgs
 
 
-def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str) -> Messages:
+#: What the judge prompt's ``{response}`` says when the output has no readable label.
+NO_RESPONSE = "(none: the output has no label from the options)"
+
+
+def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str, response: str | None = None) -> Messages:
+    """The judge's request (A.2): the query image (and, with ``support_images``, the labelled
+    examples), the candidate labels, the model's output, its predicted class, the condition's
+    description and the rubric."""
     p, ep = cfg.prompts, trial.episode
     images = [ds.image(ep.query[0].index)]
     note = ""
@@ -93,7 +111,8 @@ def judge_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str) ->
         images += [ds.image(s.index) for s in ep.support]
         note = ", followed by the labelled examples in order (labels: " + ", ".join(s.label for s in ep.support) + ")"
     text = p["judge"].format(options=options_text(ep.labels), condition=trial.condition, description=p["descriptions"][trial.condition],
-                             output=output, rubric=p["rubric"], support_note=note)  # fmt: skip
+                             output=output, response=NO_RESPONSE if response is None else response, rubric=p["rubric"],
+                             support_note=note)  # fmt: skip
     return [user_message(text, images)]
 
 
@@ -105,9 +124,12 @@ def global_messages(cfg: ICLConfig, ds: ICLDataset, trial: Trial, output: str, r
 
 
 def features_of(parsed: Parsed) -> set[str] | None:
-    """The features an output names (E3/E4 bullets, E5 ABox); ``None`` for E1/E2."""
-    if parsed.condition in ("E3", "E4"):
+    """The features an output names (E3 bullets, E4 ``feature: value`` pairs, E5 ABox); ``None``
+    for E1/E2. Explanation Reproducibility compares these sets across reruns."""
+    if parsed.condition == "E3":
         return set(bullet_features(parsed.fields.get("features", "")))
+    if parsed.condition == "E4":
+        return {pair_text(f, v) for f, v in feature_value_pairs(parsed.fields.get("features", ""))}
     if parsed.condition == "E5":
         box, _ = dl.parse_abox(parsed.fields.get("abox", ""))
         return set().union(*box.features.values()) if box.features else set()
@@ -331,7 +353,8 @@ class Study:
         if jo.reproducibility_repeats:
             self._reproducibility(trials, recs)
         if jo.enabled:
-            self._judge(trials, recs, "judge", lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["output"]))
+            self._judge(trials, recs, "judge",
+                        lambda t, r: judge_messages(self.cfg, self.datasets[t.dataset], t, r["output"], r["parsed"]["response"]))
             if jo.global_discriminativeness:
                 self._judge(trials, recs, "judge_global",
                             lambda t, r: global_messages(self.cfg, self.datasets[t.dataset], t, r["output"], r["parsed"]["response"]),
@@ -475,6 +498,109 @@ def checker_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# ------------------------------------------------------------------ tables as the paper
+#: Accuracy and SE are shown in percent, as the paper's tables do.
+PERCENT = 100.0
+
+
+def _answered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["status"] == "answered"]
+
+
+def _in_order(keys: Sequence[Any], order: Sequence[Any]) -> list[Any]:
+    """``keys`` in ``order`` first (the configured conditions), the rest sorted."""
+    return [k for k in order if k in keys] + sorted(k for k in keys if k not in order)
+
+
+def accuracy_by(records: list[dict[str, Any]], key: str, conditions: Sequence[str]) -> list[dict[str, Any]]:
+    """Accuracy by condition x ``key`` (``model``: the paper's Table 4, aggregated over datasets and
+    episodes; ``dataset``: Table 5, over models): ``n`` answered trials, accuracy and its SE."""
+    groups = _groups(_answered(records), "condition", key)
+    rows = []
+    for c in _in_order({g[0] for g in groups}, conditions):
+        for v in sorted({g[1] for g in groups if g[0] == c}):
+            a = stats.accuracy([r["correct"] for r in groups[(c, v)]])
+            rows.append({"condition": c, key: v, "n": a["n"], "accuracy": a["acc"], "se": a["se"]})
+    return rows
+
+
+def accuracy_nk_rows(records: list[dict[str, Any]], conditions: Sequence[str]) -> list[dict[str, Any]]:
+    """Accuracy per model x dataset x condition x N x K (the paper's Appendix D, Tables 7-10)."""
+    groups = _groups(_answered(records), "model", "dataset", "condition", "n_way", "k_shot")
+    order = {c: i for i, c in enumerate(_in_order({g[2] for g in groups}, conditions))}
+    rows = []
+    for m, d, c, n, k in sorted(groups, key=lambda g: (g[0], g[1], order[g[2]], g[3], g[4])):
+        a = stats.accuracy([r["correct"] for r in groups[(m, d, c, n, k)]])
+        rows.append({"model": m, "dataset": d, "condition": c, "n_way": n, "k_shot": k, "n": a["n"], "accuracy": a["acc"], "se": a["se"]})
+    return rows
+
+
+def judge_by_condition_rows(records: list[dict[str, Any]], conditions: Sequence[str]) -> list[dict[str, Any]]:
+    """Mean judge score (and SE, n) per condition x metric over every model, dataset and episode
+    (the paper's Table 6); a score counts where the judge gave it."""
+    groups = _groups([r for r in records if r.get("judge", {}).get("scores")], "condition")
+    rows = []
+    for c in _in_order({g[0] for g in groups}, conditions):
+        for metric in METRICS:
+            ms = stats.mean_se([r["judge"]["scores"][metric] for r in groups[(c,)] if metric in r["judge"]["scores"]])
+            rows.append({"condition": c, "metric": metric, "n": ms["n"], "mean": ms["mean"], "se": ms["se"]})
+    return rows
+
+
+def _cell(x: float, se: float, scale: float, digits: int) -> str:
+    return "n/a" if math.isnan(x) else f"{scale * x:.{digits}f} ({'n/a' if math.isnan(se) else f'{scale * se:.{digits}f}'})"
+
+
+def _wide(rows: list[dict[str, Any]], row_key: str, col_key: str, cell: Any) -> str:
+    """A markdown table: one row per ``row_key`` value, one column per ``col_key`` value."""
+    if not rows:
+        return "(no rows)\n"
+    rkeys = list(dict.fromkeys(r[row_key] for r in rows))
+    ckeys = list(dict.fromkeys(r[col_key] for r in rows))
+    at = {(r[row_key], r[col_key]): r for r in rows}
+    out = [{row_key: rk, **{str(ck): cell(at[(rk, ck)]) if (rk, ck) in at else "" for ck in ckeys}} for rk in rkeys]
+    return markdown_table(out, [row_key, *map(str, ckeys)]) + "\n"
+
+
+def _acc_cell(r: dict[str, Any]) -> str:
+    return f"{_cell(r['accuracy'], r['se'], PERCENT, 1)}, n = {r['n']}"
+
+
+def paper_tables_md(tables: dict[str, list[dict[str, Any]]]) -> str:
+    """The paper's tables in its layout: Table 4 (condition x model), Table 5 (condition x dataset),
+    Table 6 (judge means per condition) and Appendix D (per model: dataset x condition by N, K)."""
+    lines = ["## Tables as the paper", "",
+             "Accuracy (%) by condition and model, over every dataset and episode (Table 4): mean (SE), n trials:", "",
+             _wide(tables["accuracy_by_model"], "condition", "model", _acc_cell),
+             "Accuracy (%) by condition and dataset, over every model and episode (Table 5): mean (SE), n trials:", "",
+             _wide(tables["accuracy_by_dataset"], "condition", "dataset", _acc_cell),
+             "Judge scores (1-5) by condition, over every model, dataset and episode (Table 6): mean (SE), n judged:", "",
+             _wide(tables["judge_by_condition"], "condition", "metric", lambda r: f"{_cell(r['mean'], r['se'], 1.0, 2)}, n = {r['n']}")]  # fmt: skip
+    nk = tables["accuracy_by_nk"]
+    for m in sorted({r["model"] for r in nk}):
+        rows = [{**r, "dataset / condition": f"{r['dataset']} / {r['condition']}", "N, K": f"N={r['n_way']} K={r['k_shot']}"}
+                for r in nk if r["model"] == m]  # fmt: skip
+        lines += [f"Accuracy (%) of {m} by dataset, condition, N and K (Appendix D): mean (n trials):", "",
+                  _wide(rows, "dataset / condition", "N, K", lambda r: f"{PERCENT * r['accuracy']:.1f} ({r['n']})")]  # fmt: skip
+    return "\n".join(lines)
+
+
+def spearman_by_condition(records: list[dict[str, Any]], conditions: Sequence[str], correction: str) -> dict[str, Any]:
+    """Spearman(metric, correct) per metric x judged condition over every model, dataset and
+    episode, the p-values corrected over the whole family of metric x condition tests (the paper's
+    Figure 3: 9 metrics x 4 conditions = 36 tests, Bonferroni). ``planned``: metrics x judged
+    conditions; ``family``: the tests run (a constant metric or outcome gives none)."""
+    scored = [r for r in records if r.get("judge", {}).get("complete")]
+    judged = _in_order({r["condition"] for r in scored}, conditions)
+    rows = []
+    for c in judged:
+        rs = [r for r in scored if r["condition"] == c]
+        rows += [{"condition": c, **row} for row in stats.spearman_rows({k: [r["judge"]["scores"][k] for r in rs] for k in METRICS},
+                                                                       [r["correct"] for r in rs])]  # fmt: skip
+    family = stats.correct_rows(rows, correction)
+    return {"correction": correction, "planned": len(METRICS) * len(judged), "family": family, "rows": rows}
+
+
 def statistics(records: list[dict[str, Any]], conditions: list[str], correction: str) -> dict[str, Any]:
     """Per model x dataset: McNemar for every pair of conditions, Cochran's Q, and per judge metric
     Friedman, Wilcoxon for every pair, Spearman(metric, correct) corrected over the metrics."""
@@ -590,8 +716,12 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
     study = Study(cfg, http_client=http_client)
     records = study.run_trials()
     tables = {"accuracy": accuracy_rows(records), "parse_errors": parse_error_rows(records), "judge": judge_rows(records),
-              "checker": checker_rows(records)}  # fmt: skip
+              "checker": checker_rows(records), "accuracy_by_model": accuracy_by(records, "model", cfg.conditions),
+              "accuracy_by_dataset": accuracy_by(records, "dataset", cfg.conditions),
+              "accuracy_by_nk": accuracy_nk_rows(records, cfg.conditions),
+              "judge_by_condition": judge_by_condition_rows(records, cfg.conditions)}  # fmt: skip
     st = statistics(records, cfg.conditions, cfg.statistics.correction)
+    st[SPEARMAN_KEY] = spearman_by_condition(records, cfg.conditions, cfg.statistics.correction)
     if human is not None:
         st["judge_vs_human"] = human_agreement(human, records)
     for name, rows in tables.items():
@@ -599,7 +729,7 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
         if name != "parse_errors":
             write_text_atomic(out / f"{name}.md", _md(rows))
     write_json_atomic(out / "stats.json", st)
-    write_text_atomic(out / "stats.md", stats_md(st, cfg.statistics.correction))
+    write_text_atomic(out / "stats.md", paper_tables_md(tables) + "\n" + stats_md(st, cfg.statistics.correction))
     radar_chart(tables["judge"], out / "radar.png")
     result = {"trials": len(records), "episodes": {d: len(e) for d, e in study.episodes.items()},
               "status": {s: sum(r["status"] == s for r in records) for s in ("answered", "error")},
@@ -608,11 +738,21 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
     return {"records": records, "tables": tables, "stats": st, "result": result}
 
 
+#: The key of :func:`spearman_by_condition`'s result in ``stats.json`` (per model x dataset keys hold a '/').
+SPEARMAN_KEY = "spearman_by_condition"
+
+
 def stats_md(st: dict[str, Any], correction: str) -> str:
     lines = []
     for key, res in st.items():
         if key == "judge_vs_human":
             lines += ["## judge vs human", "", _md(res)]
+            continue
+        if key == SPEARMAN_KEY:
+            lines += ["## Spearman(metric, correct) per condition, over every model, dataset and episode", "",
+                      f"p adjusted ({res['correction']}) over the family of {res['family']} tests "
+                      f"({res['planned']} planned: {len(METRICS)} metrics x the judged conditions; a constant metric or outcome is no test), "
+                      "n per test:", "", _md(res["rows"])]  # fmt: skip
             continue
         lines += [f"## {key}", "", f"episodes paired across conditions: {res['episodes_paired']}", ""]
         if "cochrans_q" in res:

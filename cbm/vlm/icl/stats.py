@@ -5,8 +5,10 @@
   pairs, two-sided), Cochran's Q across all conditions;
 * Wilcoxon signed-rank between two conditions and Friedman across conditions on a judge metric
   (paired by episode);
-* Spearman between each judge metric and correctness, the p-values corrected for the number of
-  metrics tested together (Holm by default, or Bonferroni: ``statsmodels.stats.multitest``);
+* Spearman between each judge metric and correctness, the p-values corrected over the tests of
+  one family (the paper: every metric x condition, 9 x 4 = 36 tests; Holm by default, or
+  Bonferroni as the paper: ``statsmodels.stats.multitest``);
+* mean and standard error of scores (``sd / sqrt(n)``, ``ddof=1``) for the judge tables;
 * judge vs human: Tolerance-Weighted Agreement (1 for the same score, 0.75 one point apart,
   0 otherwise), Spearman and mean absolute error.
 """
@@ -20,6 +22,8 @@ from typing import Any
 import numpy as np
 
 CORRECTIONS = ("holm", "bonferroni")
+#: Fewest paired scores a Spearman test is run on.
+MIN_SPEARMAN_N = 3
 
 
 def accuracy(correct: Sequence[bool]) -> dict[str, float]:
@@ -30,6 +34,15 @@ def accuracy(correct: Sequence[bool]) -> dict[str, float]:
         return {"n": 0, "acc": math.nan, "se": math.nan}
     p = float(x.mean())
     return {"n": n, "acc": p, "se": math.sqrt(p * (1 - p) / n)}
+
+
+def mean_se(values: Sequence[float]) -> dict[str, float]:
+    """``{"n", "mean", "se"}`` with ``se = sd / sqrt(n)`` (sample sd, ddof 1); NaN where undefined."""
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    mean = float(x.mean()) if n else math.nan
+    se = float(x.std(ddof=1) / math.sqrt(n)) if n >= 2 else math.nan
+    return {"n": n, "mean": mean, "se": se}
 
 
 def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float]:
@@ -118,9 +131,9 @@ def correct_pvalues(p: Sequence[float], method: str = "holm") -> np.ndarray:
     return out
 
 
-def spearman_with_correctness(scores: dict[str, Sequence[float]], correct: Sequence[bool], method: str = "holm") -> list[dict[str, Any]]:
-    """Spearman rho (and p) between each metric and correctness, p corrected over the metrics
-    tested together; a constant metric or outcome gives NaN."""
+def spearman_rows(scores: dict[str, Sequence[float]], correct: Sequence[bool]) -> list[dict[str, Any]]:
+    """Spearman rho (and raw p) between each metric and correctness, with the n of each test; a
+    constant metric or outcome (or fewer than 3 scores) gives NaN: no test."""
     from scipy.stats import spearmanr
 
     y = np.asarray(correct, float)
@@ -128,15 +141,28 @@ def spearman_with_correctness(scores: dict[str, Sequence[float]], correct: Seque
     for name, s in scores.items():
         s = np.asarray(s, float)
         ok = ~np.isnan(s)
-        if ok.sum() < 3 or np.ptp(s[ok]) == 0 or np.ptp(y[ok]) == 0:
+        if ok.sum() < MIN_SPEARMAN_N or np.ptp(s[ok]) == 0 or np.ptp(y[ok]) == 0:
             rows.append({"metric": name, "n": int(ok.sum()), "rho": math.nan, "p": math.nan})
             continue
         res = spearmanr(s[ok], y[ok])
         rows.append({"metric": name, "n": int(ok.sum()), "rho": float(res.statistic), "p": float(res.pvalue)})
+    return rows
+
+
+def correct_rows(rows: list[dict[str, Any]], method: str) -> int:
+    """Adds ``p_adj`` (corrected over every row with a p-value: one family) and ``correction`` to
+    ``rows``; returns the family's size."""
     adj = correct_pvalues([r["p"] for r in rows], method)
     for r, a in zip(rows, adj):
         r["p_adj"] = float(a)
         r["correction"] = method
+    return int(sum(not math.isnan(r["p"]) for r in rows))
+
+
+def spearman_with_correctness(scores: dict[str, Sequence[float]], correct: Sequence[bool], method: str = "holm") -> list[dict[str, Any]]:
+    """:func:`spearman_rows`, the p-values corrected over the metrics tested together."""
+    rows = spearman_rows(scores, correct)
+    correct_rows(rows, method)
     return rows
 
 
