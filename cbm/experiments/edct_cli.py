@@ -29,7 +29,14 @@ def run(cfg: DictConfig | EDCTConfig) -> dict[str, Any]:
 
     c = cfg if isinstance(cfg, EDCTConfig) else validate(cfg)
     out = run_edct(c)
-    say((Path(c.output_dir) / "results.md").read_text(encoding="utf-8").rstrip())
+    root = Path(c.output_dir)
+    if c.stability_runs:
+        say((root / "stability.md").read_text(encoding="utf-8").rstrip())
+        say(f"stability over {len(c.stability_runs)} runs: {root}/stability.md, {root}/stability.csv")
+        return out
+    say((root / "results.md").read_text(encoding="utf-8").rstrip())
+    if c.human_scores is not None:
+        say((root / "human_agreement.md").read_text(encoding="utf-8").rstrip())
     say(f"records: {c.output_dir}/items/<id>/record.json  results: {c.output_dir}/results.json")
     return out
 
