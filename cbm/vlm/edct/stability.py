@@ -62,10 +62,9 @@ def read_results(run_dir: str | Path) -> dict[str, Any]:
     return body
 
 
-def stability(run_dirs: list[str], out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Per run and over runs (mean, SD with ``ddof=1``, n runs) of :data:`SCORES`; refused in one
-    line when a run is unfinished or made with other settings than the first. Written to
-    ``out_dir/stability.md`` and ``stability.csv`` when ``out_dir`` is given."""
+def read_runs(run_dirs: list[str]) -> list[dict[str, Any]]:
+    """Each run's ``results.json``; ``ValueError`` (one line) when one is listed twice, unfinished,
+    of an older version, or made with other settings than the first (naming the parts that differ)."""
     if len(set(map(str, run_dirs))) < len(run_dirs):
         raise ValueError("stability_runs: a run directory is listed twice")
     results = [read_results(d) for d in run_dirs]
@@ -75,6 +74,13 @@ def stability(run_dirs: list[str], out_dir: str | Path | None = None) -> dict[st
         if diff:
             raise ValueError(f"stability_runs: {d} was made with other settings than {run_dirs[0]} ({', '.join(diff)}); "
                              "only seeds and output_dir may differ")  # fmt: skip
+    return results
+
+
+def stability(run_dirs: list[str], out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Per run and over runs (mean, SD with ``ddof=1``, n runs) of :data:`SCORES`, from
+    :func:`read_runs`. Written to ``out_dir/stability.md`` and ``stability.csv`` when ``out_dir`` is given."""
+    results = read_runs(run_dirs)
     per_run = []
     for d, res in zip(run_dirs, results):
         row: dict[str, Any] = {"run": str(d), "vlm": res.get("vlm")}
