@@ -94,6 +94,9 @@ def test_missing_human_labels_are_never_zero_and_one_annotator_suffices(tmp_path
     # validity is its own question: step 2's blank is missing; step 1 (gate passed, human: no) disagrees, steps 3, 4 agree
     assert [(r["comparison"], r["agree"], r["n"]) for r in table["validity"]] == [("Automatic gate vs. Human 1", 2, 3)]
     assert "| Human 1 vs. EDCT | 0/0 | n/a |" in agreement_md(table)
+    path.write_text("item,step,h1_edit_valid,h1_ac,h1_ef\na,1,yes,1,1\nb,1,yes,1,1\n")
+    with pytest.raises(ValueError, match=r"^human_scores: .*h.csv: line 3: item 'b' step 1 is not a step of this run \(1 such row\(s\)\)"):
+        agreement(records, read_human_scores(path), source=str(path))
 
 
 @pytest.mark.parametrize(("text", "message"), [

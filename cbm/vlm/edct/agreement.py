@@ -22,7 +22,7 @@ import csv
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class Labels:
     edit_valid: bool | None
     ac: bool | None
     ef: bool | None
+    #: The CSV line it was read from (named when the step is not the run's).
+    line: int = field(default=0, compare=False)
 
     @property
     def ccs(self) -> bool | None:
@@ -82,7 +84,7 @@ def read_human_scores(path: str | Path) -> dict[tuple[str, int], dict[str, Label
     out: dict[tuple[str, int], dict[str, Labels]] = {}
     try:
         for row in reader:
-            out_key, labels = _read_row(row, annotators, f"{where}: line {reader.line_num}")
+            out_key, labels = _read_row(row, annotators, where, reader.line_num)
             if out_key in out:
                 raise ValueError(f"{where}: line {reader.line_num}: item {out_key[0]!r} step {out_key[1]} is labelled twice")
             out[out_key] = labels
@@ -93,8 +95,9 @@ def read_human_scores(path: str | Path) -> dict[tuple[str, int], dict[str, Label
     return out
 
 
-def _read_row(row: dict[str, Any], annotators: list[str], line: str) -> tuple[tuple[str, int], dict[str, Labels]]:
-    """One data row: its ``(item, step)`` and each annotator's labels; ``ValueError`` naming ``line``."""
+def _read_row(row: dict[str, Any], annotators: list[str], where: str, line_no: int) -> tuple[tuple[str, int], dict[str, Labels]]:
+    """One data row: its ``(item, step)`` and each annotator's labels; ``ValueError`` naming the line."""
+    line = f"{where}: line {line_no}"
     if None in row:
         raise ValueError(f"{line}: more values than columns")
     item = (row.get("item") or "").strip()
@@ -113,7 +116,7 @@ def _read_row(row: dict[str, Any], annotators: list[str], line: str) -> tuple[tu
                 shown = " / ".join(v or "blank" for v in allowed)
                 raise ValueError(f"{line}: {a}_{f} must be {shown}, got {row.get(f'{a}_{f}')!r}")
             values.append(allowed[raw])
-        labels[a] = Labels(*values)
+        labels[a] = Labels(*values, line=line_no)
     return key, labels
 
 
@@ -150,15 +153,16 @@ def _row(name: str, pairs: list[tuple[Any, ...]], same: Callable[[tuple[Any, ...
 
 
 def agreement(records: list[dict[str, Any]], humans: dict[tuple[str, int], dict[str, Labels]],
-              confidence: float = CONFIDENCE) -> dict[str, Any]:  # fmt: skip
+              confidence: float = CONFIDENCE, source: str = "") -> dict[str, Any]:  # fmt: skip
     """Table 4's rows (``ccs``) and the edit-validity rows (``validity``), each ``{comparison,
-    agree, n, agreement, low, high}``; ``ValueError`` when the CSV names a step this run does not have."""
+    agree, n, agreement, low, high}``; ``ValueError`` (one line naming ``source``, the CSV, and the
+    row) when the CSV names a step this run does not have."""
     machine = edct_labels(records)
     unknown = [k for k in humans if k not in machine]
     if unknown:
         item, step = unknown[0]
-        raise ValueError(f"human_scores: item {item!r} step {step} is not a step of this run ({len(unknown)} such row(s)); "
-                         "item ids are the names under items/, steps count from 1")  # fmt: skip
+        raise ValueError(f"human_scores: {source}: line {humans[unknown[0]]['h1'].line}: item {item!r} step {step} is not a step of "
+                         f"this run ({len(unknown)} such row(s)); item ids are the names under items/, steps count from 1")  # fmt: skip
     two = any("h2" in v for v in humans.values())
     keys = sorted(humans)
 
@@ -218,9 +222,9 @@ def agreement_csv(table: dict[str, Any]) -> str:
 
 
 def write_agreement(records: list[dict[str, Any]], humans: dict[tuple[str, int], dict[str, Labels]], out_dir: str | Path,
-                    confidence: float = CONFIDENCE) -> dict[str, Any]:  # fmt: skip
+                    confidence: float = CONFIDENCE, source: str = "") -> dict[str, Any]:  # fmt: skip
     """The table of :func:`agreement`, written as ``human_agreement.md`` / ``.csv`` into ``out_dir``."""
-    table = agreement(records, humans, confidence)
+    table = agreement(records, humans, confidence, source)
     write_text_atomic(Path(out_dir) / "human_agreement.md", agreement_md(table))
     write_text_atomic(Path(out_dir) / "human_agreement.csv", agreement_csv(table))
     return table

@@ -154,7 +154,7 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     if humans is not None:
         from cbm.vlm.edct.agreement import write_agreement
 
-        result["human_agreement"] = write_agreement(records, humans, out, b.confidence)
+        result["human_agreement"] = write_agreement(records, humans, out, b.confidence, cfg.human_scores)
     write_json_atomic(out / "results.json", result)
     write_json_atomic(out / "usage.json", result["usage"])
     write_text_atomic(out / "results.md", table_md(result["vlm"], summary, result))

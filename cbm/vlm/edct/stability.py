@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from cbm.vlm.edct.records import PART_NAMES as RUN_PART_NAMES
+from cbm.vlm.edct.records import settings_parts
 from cbm.vlm.sealed import client_identity, digest, read_json
 from synthetic.atomic import write_text_atomic
 
@@ -25,16 +27,13 @@ from synthetic.atomic import write_text_atomic
 SCORES = [("ccs", "CCS_Binary"), ("ccs_graded", "CCS_Graded"), ("ac_items", "AC"), ("ef_items", "EF")]
 #: Decimals of Table 5 (the paper's: 0.5783 ± 0.0356).
 DIGITS = 4
-#: Names of the fingerprint's parts in a refusal.
-PART_NAMES = {"task": "question, options, answer_by, baseline_turns, k or reask", "editor": "editor, segmenter or verify settings",
-              "items": "items (source, split, n, sample)", "bootstrap": "bootstrap (n_resamples, confidence)"}  # fmt: skip
+#: Names of the fingerprint's parts in a refusal: the run file's, and the items and bootstrap.
+PART_NAMES = {**RUN_PART_NAMES, "items": "items (source, split, n, sample)", "bootstrap": "bootstrap (n_resamples, confidence)"}
 
 
 def fingerprint(cfg: Any, clients: Any) -> dict[str, str]:
     """The run's settings as compared across runs: :func:`~cbm.vlm.edct.records.settings_parts`
     with each client's sampling seed left out, plus the items drawn and the bootstrap, seeds left out."""
-    from cbm.vlm.edct.records import settings_parts
-
     parts = settings_parts(cfg, clients)
     for role in ("vlm", "llm", "judge", "judge2"):
         client = getattr(clients, role)
