@@ -33,6 +33,8 @@ def handler(req):
     if any(p["type"] == "image_url" for p in user):
         label = "Glorp" if len(req.data) % 2 else "Drent"  # some answers change after an edit, some do not
         return reply(f"<answer>{label}</answer><explanation>Its feet and mouth.</explanation>")
+    if "Explain your answer" in text:  # turn 2 of the baseline / re-query (baseline_turns: 2)
+        return reply("<explanation>Its feet and mouth.</explanation>")
     if "List up to" in text:
         return reply("<concept>feet</concept><concept>mouth</concept>")
     if "chronological chain" in text:

@@ -2,6 +2,7 @@
 
     cbm-edct client@vlm=openrouter vlm.model=qwen/qwen2.5-vl-7b-instruct items.n=50
     cbm-edct client@vlm=local vlm.model=/models/tiny answer_by=score client@llm=openai
+    cbm-edct stability_runs=[outputs/edct/a,outputs/edct/b]   # Table 5 over finished runs; no run made
 
 Every stage's output is saved per item (``<output_dir>/items/<id>/record.json``); rerunning the
 same command resumes where it stopped, and cached replies cost nothing.
@@ -29,7 +30,14 @@ def run(cfg: DictConfig | EDCTConfig) -> dict[str, Any]:
 
     c = cfg if isinstance(cfg, EDCTConfig) else validate(cfg)
     out = run_edct(c)
-    say((Path(c.output_dir) / "results.md").read_text(encoding="utf-8").rstrip())
+    root = Path(c.output_dir)
+    if c.stability_runs:
+        say((root / "stability.md").read_text(encoding="utf-8").rstrip())
+        say(f"stability over {len(c.stability_runs)} runs: {root}/stability.md, {root}/stability.csv")
+        return out
+    say((root / "results.md").read_text(encoding="utf-8").rstrip())
+    if c.human_scores is not None:
+        say((root / "human_agreement.md").read_text(encoding="utf-8").rstrip())
     say(f"records: {c.output_dir}/items/<id>/record.json  results: {c.output_dir}/results.json")
     return out
 
@@ -45,6 +53,7 @@ main = hydra_app(
         "client@vlm=openrouter vlm.model=qwen/qwen2.5-vl-7b-instruct items.n=50",
         "client@vlm=local vlm.model=/models/tiny-vlm answer_by=score llm.base_url=http://localhost:8000/v1",
         "data=robot_paper items.n=100 items.sample=true k=3",
+        "stability_runs=[outputs/edct/<run>,outputs/edct/<run2>]",
     ],
 )
 

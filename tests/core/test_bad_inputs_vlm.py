@@ -135,6 +135,10 @@ def _files(root: Path) -> None:
     (f / "escape.jsonl").write_text('{"image": "../../secret.png", "question": "q"}\n')
     (f / "garbled.jsonl").write_text('{"image": "a.png"\n')
     (f / "no_truth.jsonl").write_text('{"image": "a.png", "options": ["x", "y"], "answer": "z"}\n')
+    (f / "humans_bad.csv").write_text("item,step,h1_edit_valid,h1_ac,h1_ef\nrobot-test-00000,1,yes,yes,1\n")
+    for run, vlm in (("edct_a", "x"), ("edct_b", "y")):  # finished cbm-edct runs of two VLMs
+        (f / run).mkdir()
+        (f / run / "results.json").write_text(json.dumps({"scores": {}, "fingerprint": {"vlm": vlm, "task": "t"}}))
 
 
 @pytest.fixture(scope="module")
@@ -322,6 +326,14 @@ EDCT_CASES = [
     (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.format=pdf"], "items.format: unknown format 'pdf'", SLOW),
     (["items.source=files", "items.path=@VLM/files/escape.jsonl", "items.shape=vqav2"], "items.shape: unknown shape 'vqav2'", SLOW),
     ("reask=yes", "reask: must be", SLOW),
+    ("baseline_turns=3", "baseline_turns: must be 1 (answer and explanation in one prompt) or 2 (the paper: the explanation asked in a second turn), got 3"),
+    ("human_scores=@VLM/files/humans_bad.csv", "human_scores: @VLM/files/humans_bad.csv: line 2: h1_ac must be 1 / 0 / blank, got 'yes'"),
+    ("human_scores=@VLM/files/no_trial.csv", "human_scores: @VLM/files/no_trial.csv: missing column(s) step, h1_edit_valid, h1_ac, h1_ef; expected", SLOW),
+    ("human_scores=@VLM/files/missing.csv", "human_scores: @VLM/files/missing.csv: no such file", SLOW),
+    ("stability_runs=[@VLM/files/edct_a,@VLM/files/edct_b]",
+     "stability_runs: @VLM/files/edct_b was made with other settings than @VLM/files/edct_a (vlm); only seeds and output_dir may differ"),
+    ("stability_runs=[@VLM/files/edct_a]", "stability_runs: at least 2 run directories, got 1", SLOW),
+    ("stability_runs=[@VLM/files/edct_a,@VLM/files]", "stability_runs: @VLM/files is not a finished cbm-edct run (no results.json)", SLOW),
 ]
 
 

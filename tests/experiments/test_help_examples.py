@@ -115,7 +115,9 @@ def places(tmp_path_factory) -> dict[str, Path]:
     shutil.copy(concepts, root / "vlm.yaml")
     write_pairs(root / "pairs.jsonl")
     write_edct_run(root / "edct")
-    return {"run": root / "run", "bb": root / "bb", "edct": root / "edct", "concepts": root / "vlm.yaml", "pairs": root / "pairs.jsonl"}
+    write_edct_run(root / "edct2")  # a second run of the same settings (stability_runs)
+    return {"run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
+            "pairs": root / "pairs.jsonl"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -141,21 +143,22 @@ def write_pairs(path: Path) -> None:
 
 
 def write_edct_run(run: Path) -> None:
-    """What ``cbm-finetune data.build=edct`` reads of a ``cbm-edct`` run: results.json and one item
-    record with a judged counterfactual step and its images."""
+    """What ``cbm-finetune data.build=edct`` and ``cbm-edct stability_runs=`` read of a ``cbm-edct``
+    run: results.json (scores and settings fingerprint) and one item record with a judged
+    counterfactual step and its images."""
     from PIL import Image
 
     from cbm.vlm.edct.records import write_item
 
     image = Image.new("RGB", (32, 32), (90, 140, 200))
     write_item(run, "r0", "Glorp", image, [(image, "Drent", "knees")])  # sealed, as cbm-edct writes it
-    (run / "results.json").write_text("{}")
+    (run / "results.json").write_text(json.dumps({"scores": {"ccs": {"value": 0.5, "n": 1}}, "fingerprint": {"example": "x"}}))
 
 
 def fill(line: str, places: dict[str, Path]) -> list[str]:
     """The example's argv with the placeholders replaced by fixture paths."""
     line = re.sub(r"outputs/[\w-]+/<time>", str(places["run"]), line)
-    line = line.replace("outputs/edct/<run>", str(places["edct"]))
+    line = line.replace("outputs/edct/<run2>", str(places["edct2"])).replace("outputs/edct/<run>", str(places["edct"]))
     line = line.replace("<black-box run>", str(places["bb"])).replace("<run>", str(places["run"]))
     line = line.replace("<run dir>", str(places["run"]))
     if "/models/" in line or "/tmp/tiny-vlm" in line:

@@ -14,3 +14,25 @@ def completion(text: str, prompt_tokens: int = 50, completion_tokens: int = 10) 
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}  # fmt: skip
     return Response(json.dumps(body), content_type="application/json")
+
+
+#: What EDCT's turn-2 prompt (``prompts.explain``: the explanation, asked after the answer) says.
+EXPLAIN_MARK = "Explain your answer"
+
+
+def texts(msg: dict) -> str:
+    """The text of one chat message (a string, or its text parts joined)."""
+    content = msg["content"]
+    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def explain_turn(msgs: list[dict]) -> bool:
+    """Whether a request is turn 2 of EDCT's two-turn baseline (or the re-ask of it): the
+    explanation asked in the conversation after the answer."""
+    users = [texts(m) for m in msgs if m["role"] == "user"]
+    return any(EXPLAIN_MARK in t for t in users[-2:])
+
+
+def first_image(msgs: list[dict]) -> dict | None:
+    """The first image part of a conversation (turn 1's, when turn 2 asks for the explanation)."""
+    return next((p for m in msgs if isinstance(m["content"], list) for p in m["content"] if p.get("type") == "image_url"), None)

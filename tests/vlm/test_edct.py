@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion
+from chat_stub import completion, explain_turn
 from werkzeug import Response
 
 from cbm.vlm.edct.config import EDCTConfig
@@ -71,7 +71,10 @@ def scripted(table: dict[bytes, str] | None, fail_judge: dict | None = None):
     feet and mouth, the judge calls AC 'yes' exactly when the answer changed."""
 
     def handler(req):
-        user = json.loads(req.data)["messages"][-1]["content"]
+        msgs = json.loads(req.data)["messages"]
+        if explain_turn(msgs):
+            return completion("<explanation>Its feet and its mouth decide it.</explanation>")
+        user = msgs[-1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         image = next((p for p in user if p["type"] == "image_url"), None)
         if image is not None:
@@ -133,11 +136,23 @@ def test_scripted_run_gives_the_ground_truth_ccs(tmp_path, httpserver):
     res = json.loads((d / "results.json").read_text())
     assert res["scores"]["ccs"]["value"] == pytest.approx(s["ccs"].value) and res["parse_errors"] == {}
     assert (d / "items" / "robot-test-00000" / "step2.png").is_file() and (d / "items" / "robot-test-00000" / "step2_mask.png").is_file()
-    # 8 baselines + 8 extractions + 8 chains + 16 re-queries + 16 verdicts, identical prompts sent once
+    # (8 baselines + 16 re-queries) x 2 turns + 8 extractions + 8 chains + 16 verdicts, identical prompts sent once
     texts = [json.loads(req.data)["messages"][-1]["content"][-1]["text"] for req, _ in httpserver.log]
     u = res["usage"]["vlm"]
-    assert u["requests"] == len(texts) and u["requests"] + u["cache_hits"] == 56
+    assert u["requests"] == len(texts) and u["requests"] + u["cache_hits"] == 2 * (8 + 16) + 8 + 8 + 16
     assert sum("Give your answer" in t for t in texts) == 8 + 16  # every image is new
+    # the paper's two turns: turn 2 asks for the explanation after turn 1's reply, kept as the assistant turn
+    turn2 = [json.loads(req.data)["messages"] for req, _ in httpserver.log if "Explain your answer" in json.dumps(req.data.decode())]
+    assert len(turn2) == 8 + 16
+    for msgs in turn2:
+        assert [m["role"] for m in msgs] == ["user", "assistant", "user"]
+        assert msgs[0]["content"][0]["type"] == "image_url" and msgs[0]["content"][-1]["text"].endswith("in <answer></answer>.")
+        label = re.search(r"<answer>(\w+)</answer>", msgs[1]["content"]).group(1)
+        assert msgs[1]["content"] == f"<answer>{label}</answer><explanation>Its feet and its mouth decide it.</explanation>"
+        assert msgs[2]["content"] == [{"type": "text", "text": prompts()["explain"]}]
+    rec0 = records[0]["baseline"]
+    assert rec0["turns"] == 2 and rec0["explanation"] == "Its feet and its mouth decide it." and rec0["reply"].startswith("<answer>")
+    assert rec0["explain"]["reply"] == "<explanation>Its feet and its mouth decide it.</explanation>"
     # the run exports as counterfactual fine-tuning rows with the true labels as answers
     from cbm.vlm.finetune.builders import edct_pairs
 
@@ -166,8 +181,8 @@ def test_failed_judge_is_recorded_and_the_rerun_resumes(tmp_path, httpserver):
     # the first run stopped at each item's first verdict: the rerun sends the verdicts and the second
     # step's re-queries, nothing else (baselines, concepts, chains are in the records; the first
     # re-queries in the reply cache; identical verdict prompts go out once)
-    assert sum("Give your answer" in t for t in new) == 4
-    assert all("Give your answer" in t or "Answer Consistency (AC)" in t for t in new)
+    assert sum("Give your answer" in t for t in new) == 4 and sum("Explain your answer" in t for t in new) == 4  # two turns each
+    assert all("Give your answer" in t or "Explain your answer" in t or "Answer Consistency (AC)" in t for t in new)
     assert again["summary"]["steps_judged"] == 8
 
 
@@ -187,7 +202,10 @@ def test_tiny_local_vlm_with_scripted_llm_and_judge(tmp_path, httpserver):
     md = (tmp_path / "run" / "results.md").read_text()
     assert "CCS [95% CI]" in md and "| 6 / 6 | 12 |" in md
     usage = json.loads((tmp_path / "run" / "usage.json").read_text())
-    assert usage["vlm"]["model"] == str(model) and usage["vlm"]["requests"] == 6 + 12
+    assert usage["vlm"]["model"] == str(model) and usage["vlm"]["requests"] == 6 + 12  # turn 2 (scoring is no request)
+    # with two turns the scored option is turn 1's reply, turn 2 explains it in the same conversation
+    assert all(r["baseline"]["reply"] == f"<answer>{r['baseline']['answer']}</answer>" and len(r["baseline"]["scores"]) == 2
+               and r["baseline"]["turns"] == 2 and r["baseline"]["explain"]["reply"].startswith("<explanation>") for r in recs)  # fmt: skip
     assert usage["llm"]["requests"] + usage["llm"]["cache_hits"] == 6 * 2 + 12  # extraction + chain per item, a verdict per step
 
 
@@ -367,7 +385,10 @@ def test_sudoku_boards_with_the_exact_digit_editor(tmp_path, httpserver):
     table, flips = chain_truth(items, SudokuEditor(cfg), CELLS, label, "board")
 
     def handler(req):
-        user = json.loads(req.data)["messages"][-1]["content"]
+        msgs = json.loads(req.data)["messages"]
+        if explain_turn(msgs):
+            return completion("<explanation>The top-left cell and the centre cell decide it.</explanation>")
+        user = msgs[-1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         image = next((p for p in user if p["type"] == "image_url"), None)
         if image is not None:

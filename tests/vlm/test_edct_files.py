@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion
+from chat_stub import completion, explain_turn, first_image
 from PIL import Image, ImageDraw
 from test_edct import SEGMENTER, make_cfg
 from werkzeug import Response
@@ -144,6 +144,9 @@ def test_edct_on_photographs_with_their_own_questions(tmp_path, httpserver, monk
 
     def chat(req):
         msgs = json.loads(req.data)["messages"]
+        if explain_turn(msgs):
+            colour = colour_of(decode_image_part(first_image(msgs)))
+            return completion(f"<explanation>The centre of the shape is {colour}.</explanation>")
         user = msgs[-1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         image = next((p for p in user if p["type"] == "image_url"), None)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion
+from chat_stub import completion, explain_turn
 from PIL import Image
 from test_edct import make_cfg
 from test_edct_files import COLOURS, jsonl, write_photos
@@ -139,7 +139,10 @@ def test_edit_type_rule_retry_and_exclusions(tmp_path, httpserver, monkeypatch):
     edits: list[str] = []
 
     def chat(req):
-        user = json.loads(req.data)["messages"][-1]["content"]
+        msgs = json.loads(req.data)["messages"]
+        if explain_turn(msgs):
+            return completion("<explanation>The shape's colour decides it.</explanation>")
+        user = msgs[-1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         if any(p["type"] == "image_url" for p in user):
             px = np.asarray(decode_image_part(next(p for p in user if p["type"] == "image_url")).convert("RGB"))[32, 32].astype(int)
@@ -210,7 +213,10 @@ def test_photographs_with_tiny_detector_sam_and_inpainting_then_finetune(tiny_mo
     path = jsonl(tmp_path / "photos" / "items.jsonl", items)
 
     def chat(req):
-        user = json.loads(req.data)["messages"][-1]["content"]
+        msgs = json.loads(req.data)["messages"]
+        if explain_turn(msgs):
+            return completion("<explanation>The centre's colour decides it.</explanation>")
+        user = msgs[-1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         image = next((p for p in user if p["type"] == "image_url"), None)
         if image is not None:

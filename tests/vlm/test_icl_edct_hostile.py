@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion
+from chat_stub import completion, explain_turn
 from PIL import Image
 from werkzeug import Response
 
@@ -302,7 +302,10 @@ EDCT_DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": 12, "image_
 
 
 def edct_handler(req):
-    user = json.loads(req.data)["messages"][-1]["content"]
+    msgs = json.loads(req.data)["messages"]
+    if explain_turn(msgs):
+        return completion("<explanation>Its feet and its mouth decide it.</explanation>")
+    user = msgs[-1]["content"]
     text = next(p["text"] for p in user if p["type"] == "text")
     if any(p["type"] == "image_url" for p in user):
         return completion("<answer>Glorp</answer><explanation>Its feet and its mouth decide it.</explanation>")
@@ -376,7 +379,7 @@ def test_a_rerun_with_other_settings_is_refused_and_items_of_other_settings_are_
     caplog.clear()
     again = run(other)
     models = [json.loads(req.data)["model"] for req, _ in httpserver.log[sent:]]
-    assert models.count("other") == 4 + 8  # every baseline and every re-query asked of the new model
+    assert models.count("other") == 2 * (4 + 8)  # every baseline and every re-query asked of the new model (two turns each)
     assert all(a["run"] != b["run"] for a, b in zip(first["records"], again["records"]))
     warned = [r.getMessage() for r in caplog.records if r.name == "cbm.vlm"]
     assert len(warned) == 4 and all(m.endswith(": made with other settings than this run's; the item is redone") for m in warned)

@@ -2,7 +2,8 @@
 markdown without tags, code fences, quotes, sentences inside a tag, ``<think>`` blocks holding
 another answer, unclosed and misnamed tags, scores written "4/5" / "4.0" / "Score: 4", refusals
 that a re-ask with a format reminder recovers, and a 503 before a reply. Each reply's form is drawn
-from a seeded hash of the request, so the run is the same on every machine.
+from a seeded hash of the request, so the run is the same on every machine. The VLM is asked as
+the paper does: the answer in turn 1, the explanation in turn 2 of the same conversation.
 
 Acceptance: at least 95% of the items scored, every loss counted by stage and reason, and the
 scores equal the planned ones (the VLM answers by the label rule, the judge calls AC "yes" exactly
@@ -16,7 +17,7 @@ import re
 
 import numpy as np
 import pytest
-from chat_stub import completion
+from chat_stub import completion, explain_turn, first_image, texts
 from test_edct import CHAIN, chain_truth, prompts
 from werkzeug import Response
 
@@ -28,25 +29,45 @@ N_ITEMS = 40
 DATA = {"name": "robot", "n_train": 20, "n_calib": 0, "n_test": N_ITEMS, "image_size": 32}
 
 
+def explanation_of(pixels: bytes) -> str:
+    """The VLM's explanation; it names the image, so every item's later prompts differ."""
+    return f"Its feet and its mouth decide it (image {hashlib.sha256(pixels).hexdigest()[:8]})."
+
+
 def answer_forms(label: str, pixels: bytes = b"") -> list[str]:
-    """The baseline / re-query reply as different models write it (all but the refusal readable);
-    the explanation names the image, so every item's later prompts differ."""
-    EXPLANATION = f"Its feet and its mouth decide it (image {hashlib.sha256(pixels).hexdigest()[:8]})."  # noqa: N806
+    """Turn 1's reply (the answer only was asked) as different models write it (all but the refusal
+    readable); some explain anyway, unasked."""
+    other = "Drent" if label == "Glorp" else "Glorp"
     return [
-        f"<answer>{label}</answer><explanation>{EXPLANATION}</explanation>",
-        f"Sure! Here is my analysis.\n\n<answer>{label}</answer>\n<explanation>{EXPLANATION}</explanation>\n\nLet me know if you need more.",
-        f"**Answer:** {label}\n\n**Explanation:** {EXPLANATION}",
-        f"```xml\n<answer>{label}</answer>\n<explanation>{EXPLANATION}</explanation>\n```",
-        f'<answer>"{label}"</answer><explanation>{EXPLANATION}</explanation>',
-        f"<answer>The robot is a {label}.</answer><explanation>{EXPLANATION}</explanation>",
-        f"<think>At first sight it could be the other class. <answer>{'Drent' if label == 'Glorp' else 'Glorp'}</answer></think>\n"
-        f"<answer>{label}</answer><explanation>{EXPLANATION}</explanation>",
-        f"<answer>{label}\n<explanation>{EXPLANATION}",
-        f"<final_answer>{label}</final_answer><explanation>{EXPLANATION}</explanation>",
-        f"<answer>{label.lower()}.</answer> <explanation>{EXPLANATION}</explanation>",
-        f"<ANSWER>**{label}**</ANSWER>\n<Explanation>{EXPLANATION}</Explanation>",
+        f"<answer>{label}</answer>",
+        f"Sure! Here is my analysis.\n\n<answer>{label}</answer>\n\nLet me know if you need more.",
+        f"**Answer:** {label}",
+        f"```xml\n<answer>{label}</answer>\n```",
+        f'<answer>"{label}"</answer>',
+        f"<answer>The robot is a {label}.</answer>",
+        f"<think>At first sight it could be the other class. <answer>{other}</answer></think>\n<answer>{label}</answer>",
+        f"<answer>{label}",
+        f"<final_answer>{label}</final_answer>",
+        f"<answer>{label.lower()}.</answer> <explanation>{explanation_of(pixels)}</explanation>",
+        f"<ANSWER>**{label}**</ANSWER>",
         "I can't determine that from such a small image.",  # a refusal: the re-ask recovers it
-        f"It is a {label}, not a {'Drent' if label == 'Glorp' else 'Glorp'}: {EXPLANATION}",
+        f"It is a {label}, not a {other}.",
+    ]
+
+
+def explanation_forms(pixels: bytes) -> list[str]:
+    """Turn 2's reply (the explanation, asked after the answer) as different models write it (all
+    but the last readable)."""
+    text = explanation_of(pixels)
+    return [
+        f"<explanation>{text}</explanation>",
+        f"Of course.\n\n<explanation>{text}</explanation>",
+        f"**Explanation:** {text}",
+        f"```xml\n<explanation>{text}</explanation>\n```",
+        text,  # plain prose
+        f"<explanation>{text}",
+        f"<think>Let me look again.</think>\n<Explanation>{text}</Explanation>",
+        "Hmm.",  # too short to be an explanation: the re-ask recovers it
     ]
 
 
@@ -78,8 +99,8 @@ def chain_forms() -> list[str]:
 
 
 def realistic(table: dict[bytes, str], never: bytes, failed_once: set[bytes], used: set[tuple[str, int]]):
-    """The handler: every role answered correctly in a drawn form; a re-ask (an assistant turn
-    before the last user turn) answered in the plain form; ``never`` (one item's image) refused
+    """The handler: every role answered correctly in a drawn form (the VLM's answer in turn 1, its
+    explanation in turn 2 of the same conversation); a re-ask answered in the plain form; ``never`` (one item's image) refused
     every time; the first request of every 7th kind answered 503 (then retried). ``used`` collects
     the (role, form) pairs sent."""
 
@@ -94,7 +115,10 @@ def realistic(table: dict[bytes, str], never: bytes, failed_once: set[bytes], us
         if key[0] % 7 == 0 and key not in failed_once:
             failed_once.add(key)
             return Response("upstream busy", status=503)
-        reask = len(msgs) >= 3 and msgs[-2]["role"] == "assistant"
+        reask = len(msgs) >= 3 and msgs[-2]["role"] == "assistant" and "could not be read" in texts(msgs[-1])
+        if explain_turn(msgs):  # turn 2: the explanation of the answer given in turn 1
+            pixels = np.asarray(decode_image_part(first_image(msgs)).convert("RGB")).tobytes()
+            return completion(pick("explanation", explanation_forms(pixels), pixels + b"explain", reask))
         user = msgs[-3 if reask else -1]["content"]
         text = next(p["text"] for p in user if p["type"] == "text")
         image = next((p for p in user if p["type"] == "image_url"), None)
@@ -162,7 +186,7 @@ def test_edct_scores_realistic_replies(tmp_path, httpserver):
     md = (tmp_path / "run" / "results.md").read_text()
     assert "parse errors (replies kept): baseline/refused 1" in md and "re-asked (recovered): baseline" in md
     # every form of every role was sent (the corpus is exercised, not one lucky form), and 503s were retried
-    sizes = {"answer": len(answer_forms("Glorp")), "verdict": len(verdict_forms("yes", 5)), "concepts": len(CONCEPT_FORMS), "chain": len(chain_forms())}
+    sizes = {"answer": len(answer_forms("Glorp")), "explanation": len(explanation_forms(b"")), "verdict": len(verdict_forms("yes", 5)), "concepts": len(CONCEPT_FORMS), "chain": len(chain_forms())}
     assert used == {(role, i) for role, n in sizes.items() for i in range(n)}
     assert sum(resp.status_code == 503 for _, resp in httpserver.log) >= 10
 

@@ -14,6 +14,11 @@ from cbm.vlm.templates import check_template
 from cbm.vlm.typed import check_fields, nested
 
 ANSWER_MODES = ("generate", "score")
+#: How the VLM is asked for its answer and explanation: 2 = the paper's (the answer, then the
+#: explanation in a second turn of the same conversation); 1 = one prompt asking for both.
+BASELINE_TURNS = (1, 2)
+#: Prompts only the two-turn protocol uses (left out of a one-turn run's settings digest).
+TWO_TURN_PROMPTS = ("answer_only", "explain")
 #: ``synthetic``: the exact editor of the item source (robot parts, Sudoku cells).
 EDITOR_KINDS = ("synthetic", "synthetic_robot", "synthetic_sudoku", "hosted", "diffusers", "diffusers_inpaint")
 ITEM_SOURCES = ("robot", "sudoku", "files")
@@ -22,6 +27,8 @@ SPLITS = {"robot": ("train", "calib", "test"), "sudoku": ("train", "val", "calib
 #: Prompt templates every run needs, and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
     "answer": ("question", "options"),
+    "answer_only": ("question", "options"),
+    "explain": ("question",),
     "extract": ("question", "options", "answer", "explanation", "k"),
     "chain": ("question", "answer", "explanation", "concepts", "n"),
     "judge": ("question", "options", "answer", "explanation", "edit", "new_answer", "new_explanation"),
@@ -31,8 +38,17 @@ PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
 #: The constraint a retried edit adds to its instruction, after the verifier rejected the first one.
 RETRY_PROMPT = ("Change only the {concept}, in place, and leave every other pixel exactly as it is: the previous edit was "
                 "rejected ({problem}).")  # fmt: skip
+#: Turn 1 of the two-turn protocol (``baseline_turns: 2``): the answer only.
+ANSWER_ONLY_PROMPT = ("{question}\nOptions: {options}.\nLook at the image. Give your answer, exactly one of the options, in "
+                      "<answer></answer>.")  # fmt: skip
+#: Turn 2, in the same conversation after the answer: the explanation.
+EXPLAIN_PROMPT = ("Explain your answer: which visual evidence in the image supports it? Reply in "
+                  "<explanation></explanation>.")  # fmt: skip
 #: Templates a config may leave out, and what stands in for them.
-PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT, "retry": RETRY_PROMPT}
+PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT, "retry": RETRY_PROMPT, "answer_only": ANSWER_ONLY_PROMPT,
+                                   "explain": EXPLAIN_PROMPT}  # fmt: skip
+#: Fewest runs a standard deviation over runs needs.
+STABILITY_MIN_RUNS = 2
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
 
@@ -102,6 +118,9 @@ class EDCTConfig:
     question: str = "Is this robot a Glorp or a Drent?"
     options: list[str] | None = None  # null: the dataset's class names
     answer_by: str = "generate"
+    #: 2: the answer, then the explanation in a second turn of the same conversation (the paper);
+    #: 1: one prompt asking for both (``prompts.answer``). Baseline and every re-query alike.
+    baseline_turns: int = 2
     k: int = 2
     editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic"})
     verify: dict[str, Any] = field(default_factory=dict)
@@ -120,6 +139,12 @@ class EDCTConfig:
     gate_exact_edits: bool = False  # exact (synthetic) edits: record the verifier's verdict, or stop the chain on a fail
     workers: int = 4
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
+    #: A CSV of human labels per step (:mod:`cbm.vlm.edct.agreement`): the run also writes the paper's
+    #: Table 4 (``human_agreement.md`` / ``.csv``); null: off.
+    human_scores: str | None = None
+    #: Finished ``cbm-edct`` run directories of one configuration: no run is made, their scores'
+    #: mean and SD over runs are written (``stability.md`` / ``.csv``, the paper's Table 5); null: off.
+    stability_runs: list[str] | None = None
     progress: bool | None = None
     #: Largest image (pixels) read back on resume or received from an image-edit service; refused undecoded.
     max_image_pixels: int = MAX_IMAGE_PIXELS
@@ -140,6 +165,9 @@ class EDCTConfig:
             raise ValueError(f"answer_by: '{self.answer_by}' is not one of {', '.join(ANSWER_MODES)}")
         if self.answer_by == "score" and dict(self.vlm).get("backend") != "local":
             raise ValueError("answer_by=score needs vlm.backend=local (hosted endpoints return text, not option log-probabilities)")
+        if isinstance(self.baseline_turns, bool) or self.baseline_turns not in BASELINE_TURNS:
+            raise ValueError(f"baseline_turns: must be 1 (answer and explanation in one prompt) or 2 (the paper: the explanation "
+                             f"asked in a second turn), got {self.baseline_turns!r}")  # fmt: skip
         if not 1 <= self.k <= 10:
             raise ValueError(f"k: must lie in [1, 10], got {self.k}")
         if not 0 <= self.verify_retries <= MAX_RETRIES or not 1 <= self.workers <= MAX_WORKERS:
@@ -152,6 +180,16 @@ class EDCTConfig:
             if len(self.options) < 2 or len({o.strip().lower() for o in self.options}) < len(self.options) or not all(o.strip() for o in self.options):
                 raise ValueError(f"options: at least two distinct, non-empty answer options (or null for the class names), got {self.options}")
         check_pixel_limit(self.max_image_pixels)
+        if self.human_scores is not None:  # read now: a bad file is refused before anything is written or sent
+            from cbm.vlm.edct.agreement import read_human_scores
+
+            read_human_scores(self.human_scores)
+        if self.stability_runs is not None:
+            from cbm.vlm.edct.stability import read_runs
+
+            if len(self.stability_runs) < STABILITY_MIN_RUNS:
+                raise ValueError(f"stability_runs: at least {STABILITY_MIN_RUNS} run directories, got {len(self.stability_runs)}")
+            read_runs(list(self.stability_runs))
         self._check_data()
         self._check_editor()
         if self.segmenter is not None:

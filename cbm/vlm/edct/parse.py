@@ -45,9 +45,22 @@ class Answer:
 
 def parse_answer(reply: str, options: Sequence[str]) -> Answer:
     """The answer (tag, ``Answer:`` line, or prose naming exactly one option) and the explanation
-    (tag; an unclosed one to the next tag; an ``Explanation:`` line; else the prose around the
-    answer when it has at least :data:`MIN_PROSE_WORDS` words)."""
-    a = parse_choice(reply, "answer", options, free_text=True) if options else parse_free(reply, "answer")
+    (:func:`parse_explanation`) of a reply that gives both (``baseline_turns: 1``)."""
+    a = parse_answer_only(reply, options)
+    explanation, e_err = parse_explanation(reply)
+    return Answer(a.value, explanation, [err for err in (a.error, e_err) if err is not None])
+
+
+def parse_answer_only(reply: str, options: Sequence[str]) -> TagResult:
+    """The answer of a reply: one of ``options`` (tag, ``Answer:`` line, or prose naming exactly one
+    option), or free text for an open-ended question (no options)."""
+    return parse_choice(reply, "answer", options, free_text=True) if options else parse_free(reply, "answer")
+
+
+def parse_explanation(reply: str) -> tuple[str | None, ParseError | None]:
+    """The explanation of a reply: the tag; an unclosed one to the next tag; an ``Explanation:``
+    line; else the prose outside an ``<answer>`` tag when it has at least :data:`MIN_PROSE_WORDS`
+    words. ``None`` with the error when there is none."""
     e = parse_tag(reply, "explanation")
     explanation, e_err = e.value, e.error
     if e_err is not None:
@@ -62,7 +75,7 @@ def parse_answer(reply: str, options: Sequence[str]) -> Answer:
                 explanation = prose if len(prose.split()) >= MIN_PROSE_WORDS else None
         if explanation:
             e_err = None
-    return Answer(a.value, explanation or None, [err for err in (a.error, e_err) if err is not None])
+    return explanation or None, e_err
 
 
 def parse_free(reply: str, tag: str) -> TagResult:

@@ -40,7 +40,14 @@ from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import PROMPT_DEFAULTS, EDCTConfig
 from cbm.vlm.edct.metrics import EXCLUSIONS, exclusion, exclusion_counts
-from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_edit_chain, parse_verdict
+from cbm.vlm.edct.parse import (
+    parse_answer,
+    parse_answer_only,
+    parse_concepts,
+    parse_edit_chain,
+    parse_explanation,
+    parse_verdict,
+)
 from cbm.vlm.edct.records import (
     check_run,
     load_record,
@@ -68,6 +75,12 @@ TERMINAL = ("done", "baseline_unparsed", "no_concepts", "no_chain")
 #: Step statuses that are final: ``judged``; ``stopped`` (the chain ends: an edit failed or was not
 #: local); ``unscored`` (the re-query could not be read: excluded from every score, the chain goes on).
 FINISHED_STEPS = ("judged", "stopped", "unscored")
+#: ``baseline_turns`` of the paper's protocol (the explanation asked in a second turn).
+TWO_TURNS = 2
+#: The explanation's tags (a local model's reply is opened with the first: ``answer_by=score``).
+EXPLANATION_OPEN, EXPLANATION_CLOSE = "<explanation>", "</explanation>"
+#: Characters of the parse errors a re-ask quotes back to the model.
+REASK_PROBLEM_CHARS = 300
 
 
 class Clients:
@@ -160,10 +173,13 @@ class Pipeline:
         (``None`` when ``reask`` is 0)."""
         if not self.cfg.reask:
             return None
-        problem = "; ".join(errors)[:300] or "no usable value"
+        return client.chat(self._reask_messages(msgs, reply, errors)).text
+
+    def _reask_messages(self, msgs: list, reply: str, errors: list[str]) -> list:
+        """The conversation of a re-ask: ``msgs``, the unreadable ``reply`` and the re-ask prompt."""
+        problem = "; ".join(errors)[:REASK_PROBLEM_CHARS] or "no usable value"
         template = self.cfg.prompts.get("reask", PROMPT_DEFAULTS["reask"])
-        follow = [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
-        return client.chat(follow).text
+        return [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
 
     def item_task(self, item: EditItem, options: list[str]) -> tuple[str, list[str]]:
         """The question and answer options of ``item``: its own (items read from files) or the run's;
@@ -172,16 +188,19 @@ class Pipeline:
         return meta.get("question") or self.cfg.question, list(meta.get("options") or options)
 
     def ask_vlm(self, image: Image.Image, options: list[str], question: str | None = None) -> dict[str, Any]:
-        """The VLM's answer and explanation for ``image`` (generated, or option-scored then explained);
-        an unreadable answer is re-asked once (``reask``)."""
+        """The VLM's answer and explanation for ``image`` (generated, or option-scored then explained),
+        in one prompt or two turns of one conversation (``baseline_turns``); an unreadable answer
+        (or, with two turns, explanation) is re-asked once (``reask``)."""
+        if self.cfg.baseline_turns == TWO_TURNS:
+            return self._ask_two_turns(image, options, question)
         vlm = self.clients.vlm
         msgs = vlm.messages(self._prompt("answer", question=question or self.cfg.question, options=options_text(options)), [image])
         if self.cfg.answer_by == "score" and options:
             scores = vlm.score(msgs, "<answer>", options)
             answer = options[int(np.argmax(scores))]
-            reply = vlm.chat(msgs, prefix=f"<answer>{answer}</answer>\n<explanation>").text
-            if "</explanation>" not in reply:
-                reply += "</explanation>"
+            reply = vlm.chat(msgs, prefix=f"<answer>{answer}</answer>\n{EXPLANATION_OPEN}").text
+            if EXPLANATION_CLOSE not in reply:
+                reply += EXPLANATION_CLOSE
             parsed = parse_answer(reply, options)
             return {"answer": parsed.answer, "explanation": parsed.explanation, "scores": scores, "reply": reply,
                     "errors": [str(e) for e in parsed.errors]}  # fmt: skip
@@ -190,6 +209,42 @@ class Pipeline:
         if out["answer"] is None and (again := self.reask(vlm, msgs, reply, out["errors"])) is not None:
             out = _answer({"reply": reply, "reask": again}, options)
         return out
+
+    def _ask_two_turns(self, image: Image.Image, options: list[str], question: str | None) -> dict[str, Any]:
+        """The paper's protocol: turn 1 asks (image, question) for the answer only (``answer_only``;
+        with ``answer_by=score`` the best-scored option is turn 1's reply, and turn 2's reply is
+        opened with ``<explanation>``), turn 2, in the same conversation with turn 1's reply (and
+        its re-ask) kept, asks for the explanation (``explain``). Each turn is re-asked once when unreadable; no turn 2 without an answer."""
+        vlm = self.clients.vlm
+        q = question or self.cfg.question
+        msgs = vlm.messages(self._prompt_or_default("answer_only", question=q, options=options_text(options)), [image])
+        saved: dict[str, Any] = {"turns": TWO_TURNS}
+        if self.cfg.answer_by == "score" and options:
+            saved["scores"] = vlm.score(msgs, "<answer>", options)
+            saved["reply"] = f"<answer>{options[int(np.argmax(saved['scores']))]}</answer>"
+        else:
+            saved["reply"] = vlm.chat(msgs).text
+        convo = [*msgs, {"role": "assistant", "content": saved["reply"]}]
+        first = _answer_turn(saved, options)
+        if first["answer"] is None and (again := self.reask(vlm, msgs, saved["reply"], first["errors"])) is not None:
+            saved["reask"] = again
+            convo = [*self._reask_messages(msgs, saved["reply"], first["errors"]), {"role": "assistant", "content": again}]
+        if _answer_turn(saved, options)["answer"] is None:
+            return _answer(saved, options)
+        ask = [*convo, user_message(self._prompt_or_default("explain", question=q))]
+        if self.cfg.answer_by == "score" and options:  # a local model: its explanation opened for it, as with one turn
+            reply = vlm.chat(ask, prefix=EXPLANATION_OPEN).text
+            saved["explain"] = {"reply": reply if EXPLANATION_CLOSE in reply else reply + EXPLANATION_CLOSE}
+        else:
+            saved["explain"] = {"reply": vlm.chat(ask).text}
+        out = _answer(saved, options)
+        if out["explanation"] is None and (again := self.reask(vlm, ask, saved["explain"]["reply"], out["explain"]["errors"])) is not None:
+            saved["explain"]["reask"] = again
+            out = _answer(saved, options)
+        return out
+
+    def _prompt_or_default(self, name: str, **fields: Any) -> str:
+        return self.cfg.prompts.get(name, PROMPT_DEFAULTS[name]).format(**fields)
 
     def judge(self, client: ChatClient, base: dict, step: dict, options: list[str], question: str | None = None) -> dict[str, Any]:
         prompt = self._prompt("judge", question=question or self.cfg.question, options=options_text(options), answer=base["answer"],
@@ -443,6 +498,10 @@ class Pipeline:
         rec: dict[str, Any] = {"id": saved["id"], "status": "started"}
         if "baseline" not in saved:
             return rec
+        if saved["baseline"].get("turns", 1) != self.cfg.baseline_turns:  # run.json says otherwise unless it was deleted
+            log.warning("edct: item %s was asked in %s turn(s), this run asks in %s; the item is redone", saved["id"],
+                        saved["baseline"].get("turns", 1), self.cfg.baseline_turns)  # fmt: skip
+            return rec
         base = rec["baseline"] = _answer(saved["baseline"], options)
         if base["answer"] is None:
             return {**rec, "status": "baseline_unparsed"}
@@ -481,7 +540,7 @@ class Pipeline:
         step = {**old, "concept": instr.concept, "edit_text": edit_prompt(instr)}
         if old["status"] == "stopped":
             return step
-        if ("judge2" in old) != (self.clients.judge2 is not None):
+        if ("judge2" in old) != (self.clients.judge2 is not None) or old["requery"].get("turns", 1) != self.cfg.baseline_turns:
             return None
         step["requery"] = _answer(old["requery"], options)
         new = step["requery"]["answer"]
@@ -571,10 +630,14 @@ def _stages(records: list[dict[str, Any]]):
         for stage in ("baseline", "concepts", "chain"):
             if r.get(stage):
                 yield stage, r[stage]
+                if stage == "baseline" and isinstance(r[stage].get("explain"), dict):
+                    yield "baseline_explanation", r[stage]["explain"]
         for s in r.get("steps", []):
             for stage in ("requery", "judge", "judge2"):
                 if s.get(stage):
                     yield stage, s[stage]
+                    if stage == "requery" and isinstance(s[stage].get("explain"), dict):
+                        yield "requery_explanation", s[stage]["explain"]
 
 
 def parse_error_counts(records: list[dict[str, Any]]) -> dict[str, int]:
@@ -605,6 +668,8 @@ def _lost(stage: str, rec: dict[str, Any]) -> bool:
         return not rec.get("concepts") and bool(rec.get("errors"))
     if stage == "chain":
         return not rec.get("edits")
+    if stage.endswith("_explanation"):
+        return rec.get("explanation") is None
     return bool(rec.get("errors"))
 
 
@@ -646,15 +711,42 @@ def _with_reask(saved: dict[str, Any], parse: Any, usable: Any) -> dict[str, Any
 
 
 def _answer(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
-    """A stored answer derived again from its reply (or its re-ask; option scores, from a local model, kept)."""
-    def parse(reply: str) -> dict[str, Any]:
-        p = parse_answer(reply, options)
-        return {"answer": p.answer, "explanation": p.explanation, "errors": [str(e) for e in p.errors]}
+    """A stored answer derived again from its reply (or its re-ask; option scores, from a local
+    model, kept). A two-turn record (``turns`` 2) takes the answer from turn 1 (``reply``) and the
+    explanation from turn 2 (``explain``, absent when turn 1 gave no answer); its ``errors`` are
+    turn 1's, turn 2's are in ``explain``."""
+    if saved.get("turns") == TWO_TURNS:
+        out = {**_answer_turn(saved, options), "explanation": None, "turns": TWO_TURNS}
+        if isinstance(saved.get("explain"), dict):
+            out["explain"] = _explain_turn(saved["explain"])
+            out["explanation"] = out["explain"]["explanation"]
+    else:
+        def parse(reply: str) -> dict[str, Any]:
+            p = parse_answer(reply, options)
+            return {"answer": p.answer, "explanation": p.explanation, "errors": [str(e) for e in p.errors]}
 
-    out = _with_reask(saved, parse, lambda o: o["answer"] is not None)
+        out = _with_reask(saved, parse, lambda o: o["answer"] is not None)
     if "scores" in saved and len(saved["scores"]) == len(options):
         out["scores"] = saved["scores"]
     return out
+
+
+def _answer_turn(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
+    """Turn 1 of the two-turn protocol: the answer alone, from its reply or re-ask."""
+    def parse(reply: str) -> dict[str, Any]:
+        a = parse_answer_only(reply, options)
+        return {"answer": a.value, "errors": [] if a.error is None else [str(a.error)]}
+
+    return _with_reask(saved, parse, lambda o: o["answer"] is not None)
+
+
+def _explain_turn(saved: dict[str, Any]) -> dict[str, Any]:
+    """Turn 2 of the two-turn protocol: the explanation, from its reply or re-ask."""
+    def parse(reply: str) -> dict[str, Any]:
+        explanation, err = parse_explanation(reply)
+        return {"explanation": explanation, "errors": [] if err is None else [str(err)]}
+
+    return _with_reask(saved, parse, lambda o: o["explanation"] is not None)
 
 
 def _verdict(saved: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,9 @@ RUN_FILE = "run.json"
 RUN_VERSION = 1
 
 ERRORS = [str]
-ANSWER = {"answer": (str, None), "explanation": (str, None), "reply": str, "errors": ERRORS, "?scores": [float]}
+#: A VLM's answer; two-turn protocol (``turns`` 2): ``reply`` is turn 1's, ``explain`` holds turn 2's.
+ANSWER = {"answer": (str, None), "explanation": (str, None), "reply": str, "errors": ERRORS, "?scores": [float], "?turns": int,
+          "?explain": {"reply": str, "errors": ERRORS}}  # fmt: skip
 VERDICT = {"ac": (bool, None), "ef": (bool, None), "score": (int, None), "reply": str, "errors": ERRORS}
 EDIT = {"concept": str, "keep": str, "change": str, "how": str, "constraints": str, "target": (str, None)}
 STEP = {"index": int, "concept": str, "instruction": EDIT, "edit_text": str, "?status": str, "?reason": str, "?requery": ANSWER,
@@ -159,20 +161,28 @@ def write_item(run_dir: str | Path, item_id: str, truth: str, original: Any, ste
 # ------------------------------------------------------------------ the run's settings
 #: How a refusal names a part of :func:`settings_parts`.
 PART_NAMES = {"vlm": "vlm", "llm": "llm", "judge": "judge", "judge2": "judge2", "prompts": "prompts",
-              "task": "question, options, answer_by or k", "editor": "editor, segmenter or verify settings", "data": "data"}  # fmt: skip
+              "task": "question, options, answer_by, baseline_turns, k or reask", "editor": "editor, segmenter or verify settings", "data": "data"}  # fmt: skip
 
 
 def settings_parts(cfg: Any, clients: Any) -> dict[str, str]:
     """Digests of what shapes an item's record: each client's endpoint, model, sampling parameters
     and system prompt (:func:`~cbm.vlm.sealed.client_identity`), the prompts, the question and
     options, the editor / segmenter / verifier settings, and the data (the items' images). Not the
-    number or sample of items, workers, progress, bootstrap or limits (they change no record)."""
+    number or sample of items, workers, progress, bootstrap, limits, human scores or stability runs
+    (they change no record). ``baseline_turns`` and the two-turn prompts enter only a two-turn run's
+    digest, so a one-turn run written before the knob existed (it was one-turn) resumes with
+    ``baseline_turns=1`` and is refused, in one line naming ``task``, with the default 2."""
+    from cbm.vlm.edct.config import TWO_TURN_PROMPTS
+
+    two = getattr(cfg, "baseline_turns", 1) == 2
+    used = {k: v for k, v in dict(cfg.prompts).items() if two or k not in TWO_TURN_PROMPTS}
+    task = {"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k, "reask": cfg.reask}
     ident = {role: None if getattr(clients, role) is None else digest(client_identity(getattr(clients, role)))
              for role in ("vlm", "llm", "judge", "judge2")}  # fmt: skip
     return {
         **ident,
-        "prompts": digest(dict(cfg.prompts)),
-        "task": digest({"question": cfg.question, "options": cfg.options, "answer_by": cfg.answer_by, "k": cfg.k, "reask": cfg.reask}),
+        "prompts": digest(used),
+        "task": digest({**task, "baseline_turns": 2} if two else task),
         "editor": digest({"editor": dict(cfg.editor), "segmenter": cfg.segmenter, "verify": dict(cfg.verify),
                           "verify_retries": cfg.verify_retries, "gate_exact_edits": cfg.gate_exact_edits,
                           "score_unverified": cfg.score_unverified}),

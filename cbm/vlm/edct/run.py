@@ -21,6 +21,7 @@ from cbm.vlm.edct.pipeline import (
     reask_counts,
     status_counts,
 )
+from cbm.vlm.edct.stability import fingerprint
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
@@ -123,7 +124,17 @@ def files_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
 
 
 def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
+    """One EDCT run (or, with ``stability_runs``, the stability table of finished runs, no run made)."""
     out = Path(cfg.output_dir)
+    if cfg.stability_runs:
+        from cbm.vlm.edct.stability import stability
+
+        return {"stability": stability(list(cfg.stability_runs), out)}
+    humans = None
+    if cfg.human_scores is not None:  # read (and refused) before any request
+        from cbm.vlm.edct.agreement import read_human_scores
+
+        humans = read_human_scores(cfg.human_scores)
     setup = {"robot": robot_setup, "sudoku": sudoku_setup, "files": files_setup}[cfg.items.source]
     items, options, editor, label_of = setup(cfg)
     clients = Clients(cfg, http_client=http_client)
@@ -138,8 +149,12 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
         "scores": {k: _plain_scores(v) for k, v in summary.items()},
         "status": status_counts(records), "excluded": exclusion_counts(records), "parse_errors": parse_error_counts(records), "reasks": reask_counts(records),
         "verifier_pass_rate": float(np.mean(verified)) if verified else None, "usage": clients.usage(),
-        "usage_total": pipe.usage_total(),
+        "usage_total": pipe.usage_total(), "fingerprint": fingerprint(cfg, clients),
     }  # fmt: skip
+    if humans is not None:
+        from cbm.vlm.edct.agreement import write_agreement
+
+        result["human_agreement"] = write_agreement(records, humans, out, b.confidence, cfg.human_scores)
     write_json_atomic(out / "results.json", result)
     write_json_atomic(out / "usage.json", result["usage"])
     write_text_atomic(out / "results.md", table_md(result["vlm"], summary, result))
