@@ -33,6 +33,7 @@ def cbm_train(tmp_path: Path, name: str, *overrides: str) -> dict:
     return json.loads((run_dir / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # two DDP ranks and a one-process reference: about a minute on 2 cores
 def test_ddp_two_processes_match_one_process(tmp_path):
     """Each global batch is split between the ranks and DDP averages their gradients, so two processes
     train the same model as one (CBM on tabular robots has no random draws): the test metrics agree
