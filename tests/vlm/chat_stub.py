@@ -36,3 +36,15 @@ def explain_turn(msgs: list[dict]) -> bool:
 def first_image(msgs: list[dict]) -> dict | None:
     """The first image part of a conversation (turn 1's, when turn 2 asks for the explanation)."""
     return next((p for m in msgs if isinstance(m["content"], list) for p in m["content"] if p.get("type") == "image_url"), None)
+
+
+def image_edit_response(img) -> Response:
+    """An OpenAI ``/v1/images/edits`` reply carrying ``img`` (an ``HxWx3`` uint8 array) as base64 PNG."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return Response(json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}), content_type="application/json")

@@ -6,7 +6,6 @@ segmenter through the loopback endpoint."""
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion, explain_turn, first_image
+from chat_stub import completion, explain_turn, first_image, image_edit_response
 from PIL import Image, ImageDraw
 from test_edct import SEGMENTER, make_cfg
 from werkzeug import Response
@@ -169,9 +168,7 @@ def test_edct_on_photographs_with_their_own_questions(tmp_path, httpserver, monk
     def edit(req):
         img = np.asarray(Image.open(io.BytesIO(req.files["image"].read())).convert("RGB")).copy()
         img[20:45, 20:45] = (255, 255, 255)
-        buf = io.BytesIO()
-        Image.fromarray(img).save(buf, format="PNG")
-        return Response(json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}), content_type="application/json")
+        return image_edit_response(img)
 
     httpserver.expect_request("/v1/images/edits", method="POST").respond_with_handler(edit)
     httpserver.expect_request("/v1/chat/completions").respond_with_handler(chat)

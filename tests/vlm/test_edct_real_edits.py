@@ -9,7 +9,6 @@ original image in both training and evaluation."""
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import json
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_stub import completion, explain_turn
+from chat_stub import completion, explain_turn, image_edit_response
 from PIL import Image
 from test_edct import make_cfg
 from test_edct_files import COLOURS, jsonl, write_photos
@@ -163,9 +162,7 @@ def test_edit_type_rule_retry_and_exclusions(tmp_path, httpserver, monkeypatch):
             img[:] = 255 - img  # the whole image: not local
         else:
             img[20:45, 20:45] = (255, 255, 255)
-        buf = io.BytesIO()
-        Image.fromarray(img).save(buf, format="PNG")
-        return Response(json.dumps({"created": 0, "data": [{"b64_json": base64.b64encode(buf.getvalue()).decode()}]}), content_type="application/json")
+        return image_edit_response(img)
 
     httpserver.expect_request("/v1/images/edits", method="POST").respond_with_handler(edit)
     httpserver.expect_request("/v1/chat/completions").respond_with_handler(chat)

@@ -20,6 +20,8 @@ from PIL import Image
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, EditResult, edit_prompt
 
 DEFAULT_STEPS = 20
+#: Classifier-free guidance of the text prompt (the Stable Diffusion pipelines' usual value).
+DEFAULT_GUIDANCE = 7.5
 MAX_STEPS = 1000
 #: The VAE's downsampling: pipeline sides are multiples of it.
 LATENT_STRIDE = 8
@@ -119,7 +121,7 @@ class DiffusersEditor(_LocalPipeline):
         *,
         device: str | None = None,
         steps: int = DEFAULT_STEPS,
-        guidance_scale: float = 7.5,
+        guidance_scale: float = DEFAULT_GUIDANCE,
         image_guidance_scale: float = 1.5,
         seed: int = 0,
     ):
@@ -177,7 +179,7 @@ class DiffusersInpaintEditor(_LocalPipeline):
         *,
         device: str | None = None,
         steps: int = DEFAULT_STEPS,
-        guidance_scale: float = 7.5,
+        guidance_scale: float = DEFAULT_GUIDANCE,
         seed: int = 0,
         resolution: int = DEFAULT_RESOLUTION,
         blend: bool = True,
