@@ -12,7 +12,8 @@ space and scores classes by a softmax over scaled distances to learned class pro
 averaged over samples (Eq. 5). A KL term to ``N(0, I)`` regularises the embeddings (Eq. 4,
 weight 5e-5). Uncertainties (Sec. 3.4): concept ``exp(mean_d log sigma_i^2)`` (``state.uncertainty``);
 class ``det(W Sigma W^T + 1e-10 I)^(1/n)`` over the ``n = min(H, m d)`` possibly non-zero
-eigenvalues, ``W`` the class map (``extras["class_uncertainty"]``, eval mode).
+eigenvalues, ``W`` the class map (``state_class_uncertainty``: computed on demand and stored in
+``extras["class_uncertainty"]``).
 
 Training-time interventions (reference ``intervention_prob`` 0.5): each MC draw of each sample
 is, with that probability, replaced by the ground-truth prototypes of all its concepts.
@@ -173,8 +174,8 @@ class ProbCBM(ConceptModel):
         extras = {"features": features, "mean": mean, "std": std}
         if self.training:
             extras["samples"] = samples  # fresh draws for the training losses only
-        else:
-            extras["class_uncertainty"] = self.class_uncertainty(std)
+        # the class uncertainty (a float64 Cholesky per row, half a second per 1,000 rows) is computed on
+        # demand by state_class_uncertainty: validation epochs and intervention grids never read it
         return ConceptState(
             logits=prob_to_logit(probs), probs=probs, uncertainty=logvar.mean(-1).exp(), extras=extras
         )

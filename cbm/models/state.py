@@ -77,13 +77,14 @@ class ConceptState:
 
     @staticmethod
     def cat(states: list[ConceptState]) -> ConceptState:
-        """Concatenate states along the batch."""
+        """Concatenate states along the batch (extras: the keys every state has; a value a model
+        computes on demand, such as ProbCBM's class uncertainty, is then recomputed when asked for)."""
         first = states[0]
         kw = {}
         for f in fields(first):
             vals = [getattr(s, f.name) for s in states]
             if f.name == "extras":
-                kw["extras"] = {k: torch.cat([v[k] for v in vals]) for k in first.extras}
+                kw["extras"] = {k: torch.cat([v[k] for v in vals]) for k in first.extras if all(k in v for v in vals)}
             elif vals[0] is not None:
                 kw[f.name] = torch.cat(vals)
         return replace(first, **kw)

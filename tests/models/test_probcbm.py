@@ -26,7 +26,9 @@ def test_state_shapes_and_uncertainty():
         state = model.encode(torch.randn(5, 12))
     assert state.extras["mean"].shape == state.extras["std"].shape == (5, 7, 3)
     assert state.uncertainty.shape == (5, 7) and (state.uncertainty > 0).all()
-    assert state.extras["class_uncertainty"].shape == (5,) and (state.extras["class_uncertainty"] > 0).all()
+    assert "class_uncertainty" not in state.extras  # computed on demand (selective prediction only)
+    u = model.state_class_uncertainty(state)
+    assert u.shape == (5,) and (u > 0).all() and state.extras["class_uncertainty"] is u
     assert torch.allclose(state.extras["mean"].norm(dim=-1), torch.ones(5, 7))
     assert ((state.probs > 0) & (state.probs < 1)).all()
 
@@ -49,7 +51,7 @@ def test_intervention_yields_the_prototype():
     assert torch.equal(new.probs[mask], values[mask])
     assert (new.uncertainty[mask] == 0).all() and torch.equal(new.uncertainty[~mask], state.uncertainty[~mask])
     assert "class_uncertainty" not in new.extras  # stale after an intervention: computed on demand
-    assert (model.state_class_uncertainty(new) < state.extras["class_uncertainty"]).all()
+    assert (model.state_class_uncertainty(new) < model.state_class_uncertainty(state)).all()
     assert torch.equal(new.extras["class_uncertainty"], model.class_uncertainty(new.extras["std"]))
     assert torch.equal(new.intervened, mask) and not state.intervened.any()
 
@@ -177,3 +179,17 @@ def test_warmup_epochs_train_on_the_means_without_kl():
             assert set(model.extra_losses(batch, state, model.predict(state))) == {"kl_loss"}
     model._trainer = None
     assert make().cfg.warmup_epochs == 0 and not make().train().warming_up()  # off by default
+
+
+def test_on_demand_class_uncertainty_survives_concatenation():
+    """States where only some computed the class uncertainty concatenate; it is recomputed, the same."""
+    from cbm.models.state import ConceptState
+
+    model = make()
+    with torch.no_grad():
+        a, b = model.encode(torch.randn(3, 12)), model.encode(torch.randn(2, 12))
+        model.state_class_uncertainty(a)
+        both = ConceptState.cat([a, b])
+        assert "class_uncertainty" not in both.extras
+        expected = torch.cat([model.class_uncertainty(a.extras["std"]), model.class_uncertainty(b.extras["std"])])
+        assert torch.equal(model.state_class_uncertainty(both), expected)
