@@ -41,7 +41,8 @@ GROUPS["qlora"] = [*GROUPS["gpu"], "transformers", "peft", "accelerate", "bitsan
 NOT_NEEDED = {
     "wandb": "the checks log with logger=csv_only and WANDB_MODE=disabled (wandb is imported only by the W&B logger)",
     "hydra-submitit-launcher": "a Hydra launcher plugin, loaded only with hydra/launcher=slurm",
-    "hydra-joblib-launcher": "a Hydra launcher plugin, loaded only with hydra/launcher=joblib",
+    "hydra-optuna-sweeper": "a Hydra sweeper plugin, loaded only with +tune=... (hydra/sweeper=optuna)",
+    "hydra-joblib-launcher": "a Hydra launcher plugin, loaded only with hydra/launcher=parallel",
 }
 #: Distributions `make gpu-wheels` builds into .whl/ (the rest is on the GPU machine's image).
 WHEELS = ["hydra-core", "omegaconf", "antlr4-python3-runtime", "highspy", "bitsandbytes"]

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from cbm.config.names import CALIBRATION_METHODS as METHODS
 from cbm.config.names import DEVICES, SCORES
 from cbm.config.paths import group_defaults, resolve_checkpoint
+from cbm.config.train import LoggerConfig, follow_logger
 from cbm.config.validate import ConfigError, check_budgets, to_dataclass
 
 
@@ -37,6 +38,8 @@ class AutomateConfig:
     device: str = "auto"
     cache_dir: str | None = ".cache/cbm"
     output_dir: str = "."
+    #: W&B (``logger.wandb``; default ``enabled: null``: as the training run read, in its group).
+    logger: LoggerConfig = field(default_factory=follow_logger)
 
     def __post_init__(self) -> None:
         # No selection given (a config built in code): the command line's defaults, from automate.yaml.

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cbm.config.names import CALIBRATION_METHODS
 from cbm.config.safe_paths import check_component
+from cbm.config.train import WandbSettings
 from cbm.config.validate import ConfigError, check_budgets, to_dataclass
 
 #: How cells start (``launcher``).
@@ -142,8 +143,10 @@ class ExperimentConfig:
     compare: Compare = field(default_factory=Compare)
     #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``.
     paper: dict[str, Any] = field(default_factory=dict)
-    #: Also log the report to Weights & Biases (offline unless WANDB_MODE says otherwise).
+    #: Log every cell and the report to Weights & Biases, one group (the experiment's name).
     wandb: bool = False
+    #: Project, mode, tags ... of those runs (``logger.wandb.*`` of every cell).
+    wandb_settings: WandbSettings = field(default_factory=WandbSettings)
 
     def __post_init__(self) -> None:
         if not self.name:

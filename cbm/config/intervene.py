@@ -13,6 +13,7 @@ from cbm.config.names import (
     SPLITS,
 )
 from cbm.config.paths import group_defaults, resolve_blackbox, resolve_checkpoint
+from cbm.config.train import LoggerConfig, follow_logger
 from cbm.config.validate import check_budgets, to_dataclass
 
 ENCODINGS = ("binary", "percentile", "binary_revealed")
@@ -66,6 +67,8 @@ class InterveneConfig:
     #: What the model reads for an answer: {kind: binary | percentile | binary_revealed, percentiles, split}
     #: (cbm.interventions.encodings).
     encoding: EncodingConfig = field(default_factory=lambda: EncodingConfig())
+    #: W&B (``logger.wandb``; default ``enabled: null``: as the training run read, in its group).
+    logger: LoggerConfig = field(default_factory=follow_logger)
 
     def __post_init__(self) -> None:
         # No selection given (a config built in code): the command line's defaults, from intervene.yaml.

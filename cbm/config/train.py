@@ -103,24 +103,53 @@ class TrainerConfig:
             raise ValueError(f"trainer.gradient_clip_val must be >= 0 (0 disables clipping), got {self.gradient_clip_val}")
 
 
+#: W&B job types, one per command.
+JOB_TYPES = ("train", "intervene", "automate", "report", "finetune", "edct", "icl")
+
+
 @dataclass
-class WandbConfig:
-    enabled: bool = True
+class WandbSettings:
+    """What every W&B run of a command or an experiment shares (``cbm.tracking.wandb_run``)."""
+
     #: ``offline`` needs no account or network; ``online`` needs an API key.
     mode: str = "offline"
     project: str = "cbm"
     entity: str | None = None
-    name: str | None = None
     tags: list[str] = field(default_factory=list)
+    notes: str | None = None
+    #: Log the best and last checkpoints as a ``model`` artifact (cbm-train; adapters for cbm-finetune).
+    log_model: bool = False
+    #: Log the dataset as a ``dataset`` artifact named by its cache key (its generator config).
+    log_dataset: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("offline", "online", "disabled"):
             raise ValueError(f"logger.wandb.mode must be offline, online or disabled, got '{self.mode}'")
+        if not str(self.project).strip() or any(ch in str(self.project) for ch in "/\\#?%:"):
+            raise ValueError(f"logger.wandb.project must be a plain name (no / \\ # ? % :), got '{self.project}'")
+
+
+@dataclass
+class WandbConfig(WandbSettings):
+    #: ``null``: as the training run the command reads (cbm-intervene, cbm-automate); cbm-train: on.
+    enabled: bool | None = True
+    #: Default: the run directory's Hydra-job name (with the swept settings of a multirun).
+    name: str | None = None
+    #: Default: a multirun sweep or an experiment is one group (its directory); a cbm-intervene /
+    #: cbm-automate run joins the group of the training run it reads.
+    group: str | None = None
+    #: Default: the command's (train, intervene, automate, report, finetune, edct, icl).
+    job_type: str | None = None
 
 
 @dataclass
 class LoggerConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+def follow_logger() -> LoggerConfig:
+    """The logger of a command that reads a training run: W&B when that run logged to W&B."""
+    return LoggerConfig(wandb=WandbConfig(enabled=None))
 
 
 @dataclass
@@ -135,6 +164,10 @@ class OracleConfig:
         if self.seed < 0:
             raise ValueError(f"interventions.seed must be >= 0, got {self.seed}")
         check_budgets(self.ks, "interventions.ks", allow_empty=True)
+
+
+#: Metrics a sweeper can optimise: the kept checkpoint's on the validation or the test split.
+OBJECTIVES = tuple(f"{split}/{m}" for split in ("val", "test") for m in ("task_acc", "task_loss", "concept_acc", "concept_auroc"))
 
 
 @dataclass
@@ -153,8 +186,13 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     interventions: OracleConfig = field(default_factory=OracleConfig)
+    #: What the run returns to a Hydra sweeper that optimises (``hydra/sweeper=optuna``): a metric of
+    #: the kept checkpoint (``val/task_acc`` ...); ``null``: the metrics (the basic sweeper's table).
+    objective: str | None = None
 
     def __post_init__(self) -> None:
+        if self.objective is not None and self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {list(OBJECTIVES)} or null, got '{self.objective}'")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2**32), got {self.seed}")
         if self.batch_size < 1 or self.eval_batch_size < 1:

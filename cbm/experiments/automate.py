@@ -25,6 +25,7 @@ from cbm.config.automate import validate as validate_schema
 from cbm.config.validate import as_dict
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import markdown_table, resolve_device, say, write_json_atomic
+from cbm.tracking import wandb_run
 from synthetic.atomic import ensure_dir, write_csv_atomic
 
 log = logging.getLogger("cbm.automate")
@@ -263,8 +264,13 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     device = resolve_device(acfg.device)
     model.to(device).eval()
     dm.to_device(device)
-    report = automate(model, dm, acfg)
-    write_outputs(report, out_dir)
+    with wandb_run.finishing():
+        config = wandb_run.run_config(wandb_run.plain_config(acfg), "cbm-automate")
+        wb = wandb_run.start_follower(acfg.logger.wandb, job_type="automate", checkpoint=acfg.checkpoint, run_dir=out_dir, config=config)
+        report = automate(model, dm, acfg)
+        write_outputs(report, out_dir)
+        if wb is not None:
+            wandb_run.log_automation_results(wb, report, CSV_COLUMNS)
     say(calibration_line(report) + "\n" + results_table(report))
     return report
 

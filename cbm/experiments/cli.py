@@ -61,8 +61,11 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
     other value of one sweep with the rest at their first values."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    parser = OverridesParser.create()
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parsed = parser.parse_overrides(overrides)
+        # the basic sweeper's own sweeps ('+hydra.sweeper.params={seed:"0,1"}'): each value checked too
+        parsed += parser.parse_overrides(sweeper_params(parsed))
     except Exception as err:  # OverrideParseException: bad syntax
         raise ConfigError(f"bad override: {one_line(err)}") from None
     base: list[str] = []
@@ -83,6 +86,22 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
     for i, values in sweeps:
         combos += [[*base[:i], v, *base[i + 1 :]] for v in values[1:]]
     return combos
+
+
+SWEEPER_PARAMS = "hydra.sweeper.params"
+
+
+def sweeper_params(parsed: list[Any]) -> list[str]:
+    """``key=values`` overrides of the basic sweeper's ``hydra.sweeper.params`` given on the command
+    line (a mapping, or one ``hydra.sweeper.params.<key>``)."""
+    out: list[str] = []
+    for o in parsed:
+        key = o.key_or_group
+        if key == SWEEPER_PARAMS and isinstance(o.value(), dict):
+            out += [f"{k}={v}" for k, v in o.value().items()]
+        elif key.startswith(SWEEPER_PARAMS + "."):
+            out.append(f"{key.removeprefix(SWEEPER_PARAMS + '.')}={o.value()}")
+    return out
 
 
 def explain(err: Exception, overrides: list[str], config_name: str) -> str:
@@ -111,6 +130,8 @@ def explain(err: Exception, overrides: list[str], config_name: str) -> str:
         full = re.search(r"full_key: (\S+)", text)
         if full and full.group(1).startswith(key + "."):  # a mapping merged into the node: the unknown key is inside it
             key = full.group(1)
+        if key.startswith(SWEEPER_PARAMS):
+            return f"config: the basic sweeper's params are added with '+': '+{SWEEPER_PARAMS}={{seed:\"0,1\"}}' (or sweep on the command line: seed=0,1)"
         parent, _, leaf = key.rpartition(".")
         node = compose_plain(config_name, [o for o in overrides if not o.lstrip("+~").startswith(given)])
         sub = OmegaConf.select(node, parent) if parent else node

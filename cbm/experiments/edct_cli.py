@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from cbm.experiments.cli import hydra_app, typed_app_config
 from cbm.experiments.common import say
+from cbm.tracking import wandb_run
 from cbm.vlm.edct.config import EDCTConfig
 
 
@@ -29,8 +30,13 @@ def run(cfg: DictConfig | EDCTConfig) -> dict[str, Any]:
     from cbm.vlm.edct.run import run as run_edct
 
     c = cfg if isinstance(cfg, EDCTConfig) else validate(cfg)
-    out = run_edct(c)
     root = Path(c.output_dir)
+    out = run_edct(c)
+    with wandb_run.finishing():  # after the run: a refused or failed run leaves no W&B files behind
+        name = "edct-stability" if c.stability_runs else f"edct-{Path(str(c.vlm.get('model') or 'vlm')).name}"
+        wb = wandb_run.start_command_run(c.logger, job_type="edct", name=name, out_dir=root, config=c, command="cbm-edct")
+        if wb is not None:
+            wandb_run.log_result_files(wb, root, "stability.json" if c.stability_runs else "results.json")
     if c.stability_runs:
         say((root / "stability.md").read_text(encoding="utf-8").rstrip())
         say(f"stability over {len(c.stability_runs)} runs: {root}/stability.md, {root}/stability.csv")

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 from cbm.experiments.cli import hydra_app, typed_app_config
 from cbm.experiments.common import say
+from cbm.tracking import wandb_run
 from cbm.vlm.finetune.checks import preflight
 from cbm.vlm.finetune.config import FinetuneConfig
 
@@ -30,7 +31,8 @@ def run(cfg: DictConfig | FinetuneConfig) -> dict[str, Any]:
     from cbm.vlm.finetune.run import run as run_finetune
 
     c = cfg if isinstance(cfg, FinetuneConfig) else typed_app_config(cfg, FinetuneConfig)  # the run re-checks its rows itself
-    out = run_finetune(c)
+    with wandb_run.finishing():
+        out = run_finetune(c)
     say((Path(c.output_dir) / "results.md").read_text(encoding="utf-8").rstrip())
     say(f"adapter: {c.output_dir}/adapter  heatmaps: {c.output_dir}/heatmaps  per row: {c.output_dir}/per_row.csv")
     return out["result"]

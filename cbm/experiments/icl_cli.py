@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from cbm.experiments.cli import hydra_app, typed_app_config
 from cbm.experiments.common import say
+from cbm.tracking import wandb_run
 from cbm.vlm.icl.config import ICLConfig
 
 
@@ -30,8 +31,12 @@ def run(cfg: DictConfig | ICLConfig) -> dict[str, Any]:
     from cbm.vlm.icl.run import run as run_icl
 
     c = cfg if isinstance(cfg, ICLConfig) else validate(cfg)
-    out = run_icl(c)
     o = Path(c.output_dir)
+    out = run_icl(c)
+    with wandb_run.finishing():  # after the run: a refused or failed run leaves no W&B files behind
+        wb = wandb_run.start_command_run(c.logger, job_type="icl", name=f"icl-{'-'.join(c.models)}", out_dir=o, config=c, command="cbm-icl")
+        if wb is not None:
+            wandb_run.log_result_files(wb, o, "stats.json", images=["radar.png"])
     say("accuracy (per model x dataset x condition):\n" + (o / "accuracy.md").read_text(encoding="utf-8").rstrip())
     say("judge (mean 1-5 scores):\n" + (o / "judge.md").read_text(encoding="utf-8").rstrip())
     if (o / "checker.md").exists():

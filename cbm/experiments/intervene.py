@@ -22,6 +22,7 @@ from cbm.config.intervene import InterveneConfig
 from cbm.config.intervene import validate as validate_schema
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import resolve_device, say
+from cbm.tracking import wandb_run
 
 if TYPE_CHECKING:  # heavy (torch) modules load only once the config is valid
 
@@ -84,9 +85,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     import torch
 
     from cbm.interventions.encodings import fit_levels
-    from cbm.interventions.engine import blackbox_accuracy, run_grid
+    from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
-    from cbm.interventions.interveners.llm import LLMIntervener
     from cbm.interventions.registry import BuildContext
     from cbm.training.checkpoint import load_run
 
@@ -110,6 +110,25 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     if c.blackbox:
         bb = blackbox_accuracy(c.blackbox, model, loader, split=c.split)
     levels = fit_levels(model, dm.loader(c.encoding.split), c.encoding)
+    with wandb_run.finishing():
+        config = wandb_run.run_config(OmegaConf.to_container(OmegaConf.structured(c)), "cbm-intervene")  # type: ignore[arg-type]
+        wb = wandb_run.start_follower(c.logger.wandb, job_type="intervene", checkpoint=c.checkpoint, run_dir=out_dir, config=config)
+        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device)
+        paths = grid.save(out_dir)
+        if wb is not None:
+            wandb_run.log_intervention_results(wb, grid.rows, bb)
+    say(grid.table())
+    if bb is not None:
+        say(f"black-box accuracy: {100 * bb:.2f}%")
+    say(f"results: {paths['csv']}  plot: {paths['plot']}")
+    return grid
+
+
+def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device) -> ResultsGrid:
+    """The grid of every intervener x policy x k, with what the results file records about the run."""
+    from cbm.interventions.engine import run_grid
+    from cbm.interventions.interveners.llm import LLMIntervener
+
     grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels)
     grid.meta.update(
         checkpoint=str(c.checkpoint),
@@ -130,11 +149,6 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
             if usage is not None and callable(getattr(usage, "to_json", None)):
                 grid.meta[f"{name}_usage"] = usage.to_json()
                 say(f"{name}: {usage.summary()}")
-    paths = grid.save(out_dir)
-    say(grid.table())
-    if bb is not None:
-        say(f"black-box accuracy: {100 * bb:.2f}%")
-    say(f"results: {paths['csv']}  plot: {paths['plot']}")
     return grid
 
 

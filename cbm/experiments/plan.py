@@ -49,7 +49,7 @@ class Cell:
 
     def fingerprint(self) -> str:
         """Hash of what defines the cell (its overrides without the paths that locate it)."""
-        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox=", ORACLE_TABLE))]
+        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox=", ORACLE_TABLE, WANDB))]
         return hashlib.sha256(json.dumps([self.stage, own]).encode()).hexdigest()[:16]
 
     def state(self) -> str:
@@ -107,6 +107,27 @@ def llm_client(stage_overrides: list[str]) -> str | None:
     return registry.defaults("intervener", "llm").get("client")
 
 
+#: Overrides that say where a cell logs, not what it computes (W&B on or off never reruns a cell).
+WANDB = "logger.wandb."
+
+
+def wandb_overrides(cfg: ExperimentConfig, cell: Cell) -> list[str]:
+    """``logger.wandb.*`` of a cell: with ``wandb=true`` one group (the experiment's name) and the
+    cell's key as its name, else W&B off."""
+    if not cfg.wandb:
+        return [f"{WANDB}enabled=false"]
+    w = cfg.wandb_settings
+    over = [f"{WANDB}enabled=true", f"{WANDB}group={cfg.name}", f"{WANDB}name={cell.key}", f"{WANDB}mode={w.mode}",
+            f"{WANDB}project={w.project}", f"{WANDB}tags=[{','.join(json.dumps(t) for t in w.tags)}]"]  # fmt: skip
+    if w.entity:
+        over.append(f"{WANDB}entity={w.entity}")
+    if w.notes:
+        over.append(f"{WANDB}notes={json.dumps(w.notes)}")
+    if cell.stage == "train":
+        over += [f"{WANDB}log_model={str(w.log_model).lower()}", f"{WANDB}log_dataset={str(w.log_dataset).lower()}"]
+    return over
+
+
 def plan(cfg: ExperimentConfig) -> list[Cell]:
     """Every cell of the experiment in run order: all trainings, then the analyses."""
     root = Path(cfg.output_dir)
@@ -157,4 +178,6 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
                     f"target_accuracy={st.target_accuracy}", f"method={st.method}", f"seed={seed}", *cache,
                     *st.overrides, f"hydra.run.dir={d}"]  # fmt: skip
             cells.append(Cell("automate", setting, model, seed, d, over, [tcell]))
+    for cell in cells:  # the run directory stays last
+        cell.overrides[-1:-1] = wandb_overrides(cfg, cell)
     return cells

@@ -10,7 +10,9 @@ in. Also a Hydra callback: ``on_multirun_end`` prints the sweep's table.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -208,38 +210,59 @@ def write_experiment_report(root: str | Path) -> str:
     write_text_atomic(root / "report.md", text)
     write_json_atomic(root / "report.json", {name: rows for name, (rows, _) in tables.items()} | {"unfinished": unfinished})
     if cfg.get("wandb"):
-        log_to_wandb(manifest, tables, drawn_paths, root, diags)
+        log_to_wandb(manifest, tables, drawn_paths, root, diags, inter, auto)
     return text
 
 
 def log_to_wandb(manifest: dict[str, Any], tables: dict[str, tuple[list, list]], images: list[Path], root: Path,
-                 diags: list[Diagnostic] = ()) -> None:  # fmt: skip
-    """One W&B run in the experiment's group: each table as a ``wandb.Table``, figures as images,
-    each diagnostic figure as an image panel captioned with how to read it beside its data as a
-    table (offline unless ``WANDB_MODE`` says otherwise)."""
+                 diags: Sequence[Diagnostic] = (), inter: Sequence[dict] = (), auto: Sequence[dict] = ()) -> None:  # fmt: skip
+    """The report's W&B run, in the experiment's group with a stable id (a rerun of the report
+    updates the same run): every cell's intervention and automation results as long-format tables
+    (one row per setting x model x seed x intervener x policy x k, numeric columns) with accuracy-vs-k
+    plots, each report table, the figures, and each diagnostic figure captioned with how to read
+    it beside its data."""
     import csv
-    import os
 
     import wandb
 
-    os.environ.setdefault("WANDB_MODE", "offline")
-    run = wandb.init(project="cbm", group=manifest.get("name"), job_type="report", name=f"{manifest.get('name')}-report",
-                     dir=str(root), config=manifest.get("config"), reinit=True)  # fmt: skip
+    from cbm.config.train import WandbConfig
+    from cbm.tracking import wandb_run
+
+    cfg = manifest.get("config") or {}
+    name = str(manifest.get("name") or root.name)
+    settings = WandbConfig(**{k: v for k, v in (cfg.get("wandb_settings") or {}).items() if k in WandbConfig.__dataclass_fields__})
+    settings.mode = os.environ.get("WANDB_MODE", settings.mode)
+    if settings.mode == "disabled":
+        return
+    kw = wandb_run.identity(settings, job_type="report", name=f"{name}-report", run_dir=root, job={}, group=name,
+                            run_id=wandb_run.stable_id(settings.project, str(root.resolve()), "report"))  # fmt: skip
+    run = wandb_run.start(kw, wandb_run.run_config(cfg, "cbm-report", job={}), root)
     try:
-        for name, (rows, cols) in tables.items():
-            if rows:
-                run.log({name: wandb.Table(columns=cols, data=[[str(r.get(c, "")) for c in cols] for r in rows])})
+        cell_keys = ("setting", "model", "seed")
+        rows = [{**{k: c[k] for k in cell_keys}, **r} for c in inter for r in c["_results"].get("rows", [])]
+        if rows:
+            cols = [*cell_keys, "intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples"]
+            wandb_run.log_curves(run, "interventions", rows, cols, "k", "accuracy", [*cell_keys, "intervener", "policy"], "accuracy vs k")
+        rows = [{**{k: c[k] for k in cell_keys}, **r} for c in auto for r in c["_results"].get("results", [])]
+        if rows:
+            cols = [*cell_keys, "k", "coverage", "selective_acc", "nwa", "nwa_cost", "rescued", "deferred"]
+            wandb_run.log_curves(run, "automation", rows, cols, "k", "coverage", list(cell_keys), "coverage vs k")
+        for tname, (trows, tcols) in tables.items():
+            if trows:
+                run.log({f"tables/{tname}": wandb.Table(columns=tcols, data=[[str(r.get(c, "")) for c in tcols] for r in trows])})
         run.log({p.stem: wandb.Image(str(p)) for p in images})
         for d in diags:
             with d.csv.open(newline="") as f:
-                rows = list(csv.reader(f))
+                drows = list(csv.reader(f))
             panel = {f"diagnostics/{d.png.stem}": wandb.Image(str(d.png), caption=d.read_as)}
-            if rows:
-                panel[f"diagnostics/{d.png.stem}_data"] = wandb.Table(columns=rows[0], data=rows[1:])
+            if drows:
+                panel[f"diagnostics/{d.png.stem}_data"] = wandb.Table(columns=drows[0], data=drows[1:])
             run.log(panel)
-    finally:
-        run.finish()
-    say(f"W&B: logged the report to group '{manifest.get('name')}' ({os.environ['WANDB_MODE']})")
+    except BaseException as err:
+        wandb_run.finish(wandb_run.exit_code_for(err))
+        raise
+    wandb_run.finish(0)
+    say(f"W&B: logged the report to group '{name}' as run {run.id} ({settings.mode})")
 
 
 class ReportCallback(Callback):

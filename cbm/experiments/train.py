@@ -150,8 +150,10 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
     from cbm.interventions.policies.random import RandomPolicy
     from cbm.models import build_model
+    from cbm.tracking.wandb_run import exit_code_for, run_config, write_record
     from cbm.training.checkpoint import read_checkpoint
-    from cbm.training.trainer import build_trainer, finish_wandb
+    from cbm.training.trainer import build_trainer, finish_wandb, wandb_logger_of
+    from cbm.training.wandb_logging import log_training_results, replay_csv
     from synthetic.datamodule import SyntheticDataModule
     from synthetic.registry import data_info, load_data
 
@@ -181,9 +183,17 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     if t.compile:
         model.backbone.compile()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"
-    trainer = build_trainer(train_cfg, run_dir, run_name)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    trainer = build_trainer(train_cfg, run_dir, run_name, config=run_config(config, "cbm-train"), resume=resume)
+    wb = wandb_logger_of(trainer) if zero else None
     if resume and zero:
-        restore_csv_log(trainer.loggers[0], int(read_checkpoint(last)["epoch"]))
+        ckpt_epoch = int(read_checkpoint(last)["epoch"])
+        restore_csv_log(trainer.loggers[0], ckpt_epoch)
+        if wb is not None:  # the epochs up to the checkpoint that the killed run's W&B log lost
+            replay_csv(wb, Path(trainer.loggers[0].log_dir) / "metrics.csv", wb.floor_step, ckpt_epoch)
+    if wb is not None:
+        ensure_dir(run_dir)
+        write_record(run_dir, wb.experiment, wb.identity)
     if zero and not resume:  # the work starts: from here on the directory holds this run
         ensure_dir(run_dir)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -199,6 +209,9 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         if not trainer.is_global_zero:
             return {}
         metrics: dict[str, Any] = {k: float(v) for k, v in test.items()}
+        if (train_cfg.objective or "").startswith("val/"):  # a sweeper optimises the kept checkpoint's validation metric
+            val = trainer.validate(model, datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)[0]
+            metrics.update({k: float(v) for k, v in val.items() if k.startswith("val/")})
         if model.has_concepts and train_cfg.interventions.ks:
             start = time.perf_counter()
             device = trainer.strategy.root_device  # the strategy's teardown moved the model to the CPU
@@ -223,9 +236,16 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         )
         write_json_atomic(run_dir / "metrics.json", metrics)
         write_json_atomic(run_dir / "timing.json", {k: round(v, 3) for k, v in timing.items()})
-    finally:
-        finish_wandb()
+        if wb is not None:
+            log_training_results(wb.experiment, metrics, train_cfg.logger.wandb, run_dir, data_cfg, dm)
+    except BaseException as err:
+        finish_wandb(exit_code_for(err))
+        raise
+    finish_wandb(0)
     say(results_table([metrics]))
+    if train_cfg.objective:
+        say(f"objective {train_cfg.objective} = {metrics[train_cfg.objective]:.6g}")
+        return float(metrics[train_cfg.objective])  # type: ignore[return-value]  # what an optimising sweeper reads
     return metrics
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -22,26 +21,41 @@ from synthetic.datamodule import stream_seed
 log = logging.getLogger("cbm.train")
 
 
-def build_loggers(cfg: TrainConfig, run_dir: Path, run_name: str) -> list[Logger]:
-    """CSV always; W&B when enabled (offline by default, so no account or network is needed)."""
+def build_loggers(
+    cfg: TrainConfig, run_dir: Path, run_name: str, *, job_type: str = "train", config: dict | None = None, resume: bool = False
+) -> list[Logger]:
+    """CSV always; W&B when enabled (offline by default, so no account or network is needed).
+
+    The W&B run (:mod:`cbm.tracking.wandb_run`) gets ``config`` (the whole resolved config), its
+    group / job type / unique name; ``resume``: the run directory's recorded run continues, the
+    steps its killed process already logged are not logged again.
+    """
     loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
     wb = cfg.logger.wandb
-    if wb.enabled and wb.mode != "disabled":
-        from lightning.pytorch.loggers import WandbLogger
+    if wb.enabled is not False and wb.mode != "disabled":
+        from cbm.tracking import wandb_run
+        from cbm.training.wandb_logging import CbmWandbLogger, last_logged_step
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        wandb_logger = WandbLogger(
-            save_dir=str(run_dir),
-            project=wb.project,
-            entity=wb.entity,
-            name=wb.name or run_name,
-            tags=list(wb.tags),
-            offline=wb.mode == "offline",
-        )
-        # Lightning always passes anonymous=None, which wandb answers with a deprecation warning.
-        wandb_logger._wandb_init.pop("anonymous", None)
+        record = wandb_run.read_record(run_dir) if resume else None
+        kw = wandb_run.identity(wb, job_type=job_type, name=run_name, run_dir=run_dir, run_id=record and record["id"])
+        if record:  # the resumed process is not the sweep job that started the run: keep its identity
+            kw.update({k: record[k] for k in ("name", "group", "job_type") if record.get(k)})
+        init = {k: v for k, v in kw.items() if k not in ("dir", "project", "name", "mode", "id")}
+        wandb_logger = CbmWandbLogger(
+            save_dir=str(run_dir), project=kw["project"], name=kw["name"], id=kw.get("id"), offline=wb.mode == "offline",
+            config=config or {}, floor_step=last_logged_step(run_dir, record["id"]) if record else -1, **init,
+        )  # fmt: skip
+        wandb_logger.identity = kw
         loggers.append(wandb_logger)
     return loggers
+
+
+def wandb_logger_of(trainer: L.Trainer):
+    """The trainer's :class:`~cbm.training.wandb_logging.CbmWandbLogger`, or ``None``."""
+    from cbm.training.wandb_logging import CbmWandbLogger
+
+    return next((lg for lg in trainer.loggers if isinstance(lg, CbmWandbLogger)), None)
 
 
 #: Stream key of the model's random numbers (the data order uses ``(epoch,)`` alone).
@@ -108,8 +122,12 @@ def _limit(value: float | int) -> float | int | None:
     return None if isinstance(value, float) and value == 1.0 else value
 
 
-def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None) -> L.Trainer:
+def build_trainer(
+    cfg: TrainConfig, run_dir: Path, run_name: str, extra_callbacks: list[Callback] | None = None, *,
+    config: dict | None = None, resume: bool = False,
+) -> L.Trainer:  # fmt: skip
     t = cfg.trainer
+    loggers = build_loggers(cfg, run_dir, run_name, config=config, resume=resume)
     monitor, mode = CHECKPOINT_MONITORS[t.checkpoint_monitor]
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=str(run_dir / "checkpoints"), filename="best", monitor=monitor, mode=mode, save_last=True)
@@ -120,6 +138,10 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         )
     bar = progress_bar_wanted(t.enable_progress_bar)
     callbacks += [EpochSeeding(cfg.seed), *([] if bar else [EpochLine()]), *(extra_callbacks or [])]
+    if len(loggers) > 1:  # W&B: the training loss and learning rates every log_every_n_steps
+        from cbm.training.wandb_logging import StepMetrics
+
+        callbacks.append(StepMetrics(loggers[-1], t.log_every_n_steps))
     quiet_lightning()
     return L.Trainer(
         max_epochs=t.max_epochs,
@@ -132,7 +154,7 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
         plugins=[AtomicCheckpointIO()],
         precision=t.precision,
         deterministic=t.deterministic,
-        logger=build_loggers(cfg, run_dir, run_name),
+        logger=loggers,
         callbacks=callbacks,
         log_every_n_steps=t.log_every_n_steps,
         enable_progress_bar=bar,
@@ -144,11 +166,9 @@ def build_trainer(cfg: TrainConfig, run_dir: Path, run_name: str, extra_callback
     )
 
 
-def finish_wandb() -> None:
-    """Close the W&B run so the next Hydra multirun job starts its own."""
+def finish_wandb(exit_code: int = 0) -> None:
+    """Close the W&B run with the process's exit code (a failed run is marked failed), so the next
+    Hydra multirun job starts its own."""
+    from cbm.tracking.wandb_run import finish
 
-    if "wandb" in sys.modules:
-        import wandb
-
-        if wandb.run is not None:
-            wandb.finish()
+    finish(exit_code)

@@ -120,6 +120,8 @@ EXPERIMENT = [
     ([*TINY, "train=[trainer.accelerator=gpu]"], "tab/cbm (train): trainer.accelerator=gpu but no CUDA GPU is available", (NO_GPU, SLOW)),
     # top-level settings and directories
     ([*TINY, "wandb=maybe"], "wandb", (SLOW,)),
+    ([*TINY, "wandb_settings.mode=sometimes"], "mode must be offline, online or disabled", ()),
+    ([*TINY, "wandb_settings.project=a/b"], "project must be a plain name", ()),
     ([*TINY, "frobnicate=1"], "unknown key 'frobnicate'", ()),
     ([*TINY, "output_dir=FX/files/a_file/exp"], "hydra.run.dir: cannot create", ()),
     ([*TINY, "output_dir=FX/locked"], "FX/locked is in use by pid ", ()),

@@ -111,7 +111,7 @@ def test_slurm_launcher_composes():
 
 
 def test_joblib_launcher_runs_two_jobs_by_default():
-    launcher = compose_cfg("hydra/launcher=joblib", hydra=True).hydra.launcher
+    launcher = compose_cfg("hydra/launcher=parallel", hydra=True).hydra.launcher
     assert launcher._target_.endswith("joblib_launcher.JoblibLauncher") and launcher.n_jobs == 2
 
 
@@ -122,12 +122,41 @@ def test_joblib_sweep_shares_one_sweep_dir_and_reports_the_swept_setting(tmp_pat
     import subprocess
     import sys
 
-    args = ["--multirun", "hydra/launcher=joblib", "data.modality=tabular", "data.n_train=300", "data.n_test=100",
+    args = ["--multirun", "hydra/launcher=parallel", "data.modality=tabular", "data.n_train=300", "data.n_test=100",
             "data.n_calib=0", "trainer=cpu_smoke", "logger=csv_only", "interventions.ks=[]", "data.concept_noise=0.0,0.3",
             f"cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     proc = subprocess.run([sys.executable, "-m", "cbm.experiments.train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "deprecated" not in proc.stderr  # the launcher config extends the plugin's schema, never shadows it
     (sweep,) = (tmp_path / "multirun").iterdir()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0-robot-cbm", "1-robot-cbm"]
     table = (sweep / "results.md").read_text().splitlines()
     assert "| data.concept_noise |" in table[0] and "| 0.0 |" in table[2] and "| 0.3 |" in table[3]
+
+
+@pytest.mark.slow
+def test_optuna_preset_tunes_a_concept_model_on_validation_accuracy(tmp_path):
+    """``+tune=concept_model`` (hydra-optuna-sweeper): each trial returns the kept checkpoint's
+    validation accuracy, the study's best is the best trial's, the sampled values stay in the preset's
+    ranges, and neither Hydra nor Optuna warns."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    sweep = tmp_path / "tune"
+    args = ["--multirun", "+tune=concept_model", "hydra.sweeper.n_trials=3", "data.modality=tabular", "data.n_train=300",
+            "data.n_test=100", "data.n_calib=0", "trainer=cpu_smoke", "logger=csv_only", "interventions.ks=[]",
+            f"hydra.sweep.dir={sweep}", f"cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "cbm.experiments.train", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warn" not in proc.stderr.lower(), proc.stderr[-2000:]
+    trials = sorted(d for d in sweep.iterdir() if d.is_dir())
+    assert len(trials) == 3
+    values = [json.loads((d / "metrics.json").read_text())["val/task_acc"] for d in trials]
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert best["best_value"] == pytest.approx(max(values))
+    for d in trials:
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        assert 0.0003 <= cfg["model"]["optim"]["lr"] <= 0.01 and 0.1 <= cfg["model"]["concept_loss_weight"] <= 10.0
+        assert cfg["objective"] == "val/task_acc"

@@ -224,7 +224,13 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver):
     done = subprocess.run([*exe, *roles, *data, "items.n=3", f"hydra.run.dir={out}"], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CCS [95% CI]" in done.stdout + done.stderr and (out / "results.md").is_file()
-    assert json.loads((out / "results.json").read_text())["status"] == {"item_done": 3, "step_judged": 6}
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == {"item_done": 3, "step_judged": 6}
+    from cbm.tracking.offline import runs_under  # the command line logs to W&B offline (job type edct)
+
+    (wb,) = runs_under(out)
+    assert wb.job_type == "edct" and wb.exit_code == 0 and wb.config["items"]["n"] == 3 and wb.config["run"]["command"] == "cbm-edct"
+    assert wb.summary["scores/ccs/value"] == pytest.approx(res["scores"]["ccs"]["value"])
     bad = subprocess.run([*exe, *roles, "items.n=0"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "cbm-edct: error: items.n: must be >= 1, got 0"
 

@@ -329,5 +329,10 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver, table)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "E5 checker:" in done.stdout + done.stderr and (out / "radar.png").is_file()
     assert json.loads((out / "results.json").read_text())["trials"] == 2 * 13
+    from cbm.tracking.offline import runs_under  # the command line logs to W&B offline (job type icl)
+
+    (wb,) = runs_under(out)
+    assert wb.job_type == "icl" and wb.exit_code == 0 and wb.config["run"]["command"] == "cbm-icl"
+    assert wb.config["conditions"] == ["E1", "E5"] and any(k.startswith("tables/") for h in wb.history for k in h)
     bad = subprocess.run([*exe, *roles, "episodes.k_shots=[0]"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "cbm-icl: error: episodes.k_shots: distinct K, each >= 1, got [0]"

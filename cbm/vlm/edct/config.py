@@ -148,9 +148,16 @@ class EDCTConfig:
     progress: bool | None = None
     #: Largest image (pixels) read back on resume or received from an image-edit service; refused undecoded.
     max_image_pixels: int = MAX_IMAGE_PIXELS
+    #: W&B (``logger.wandb``, as cbm-train's; the command line's default logs offline; a config built in code: none).
+    logger: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.items = nested(ItemsConfig, self.items, "items")
+        if self.logger:
+            from cbm.config import to_dataclass
+            from cbm.config.train import LoggerConfig
+
+            to_dataclass(LoggerConfig, self.logger, "logger")
         self.bootstrap = nested(BootstrapConfig, self.bootstrap, "bootstrap")
         for role in ("vlm", "llm", "judge", "judge2"):
             settings = getattr(self, role)

@@ -82,12 +82,16 @@ def encodable(collator: Collator, rows: Sequence[QARow], bad: list[BadRow], on_b
 
 
 def _loggers(cfg: FinetuneConfig, out: Path) -> list[Any]:
+    """CSV always; W&B (job type ``finetune``) with the whole config when ``logger.wandb`` is on."""
+    from cbm.config import to_dataclass
+    from cbm.config.train import LoggerConfig
+    from cbm.tracking.wandb_run import plain_config, run_config
     from cbm.training.trainer import build_loggers
 
-    wandb = dict(dict(cfg.logger).get("wandb") or {"enabled": False})
-    wb = SimpleNamespace(enabled=bool(wandb.get("enabled", False)), mode=wandb.get("mode", "offline"), project=wandb.get("project", "cbm"),
-                         entity=wandb.get("entity"), name=wandb.get("name"), tags=list(wandb.get("tags") or []))  # fmt: skip
-    return build_loggers(SimpleNamespace(logger=SimpleNamespace(wandb=wb)), out, f"finetune-{Path(cfg.model.path).name}")  # type: ignore[arg-type]
+    logger = dict(cfg.logger) if cfg.logger.get("wandb") else {"wandb": {"enabled": False}}  # a config built in code: off
+    settings = SimpleNamespace(logger=to_dataclass(LoggerConfig, logger, "logger"))
+    config = run_config(plain_config(cfg), "cbm-finetune")
+    return build_loggers(settings, out, f"finetune-{Path(cfg.model.path).name}", job_type="finetune", config=config)  # type: ignore[arg-type]
 
 
 def train(model: Any, collator: Collator, rows: Sequence[QARow], cfg: FinetuneConfig, loggers: Sequence[Any], progress: bool) -> list[float]:
@@ -188,13 +192,19 @@ def run(cfg: FinetuneConfig) -> dict[str, Any]:
     n_trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     n_total = sum(p.numel() for p in model.parameters())
     t0 = time.perf_counter()
-    losses = train(model, collator, train_rows, cfg, _loggers(cfg, out), progress)
+    loggers = _loggers(cfg, out)
+    losses = train(model, collator, train_rows, cfg, loggers, progress)
     timing["train_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     after = Evaluator(model, collator, **ev).run(eval_rows, progress, "eval after")
     timing["eval_after_s"] = time.perf_counter() - t0
     result = report(cfg, out, eval_rows, before, after, losses, bad, timing, n_trainable, n_total, len(train_rows))
     save_outputs(model, processor, out, cfg.merge)
+    wb = next((lg for lg in loggers if hasattr(lg, "identity")), None)
+    if wb is not None:
+        from cbm.tracking.wandb_run import log_finetune_results
+
+        log_finetune_results(wb.experiment, result, out, cfg.logger.get("wandb", {}).get("log_model", False))
     return {"result": result, "model": model, "before": before, "after": after, "losses": losses, "trainable": trainable_names(model)}
 
 

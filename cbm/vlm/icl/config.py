@@ -87,9 +87,16 @@ class ICLConfig:
     reask: int = 1
     #: Largest image (pixels) read from an image folder or torchvision dataset; refused before decoding.
     max_image_pixels: int = MAX_IMAGE_PIXELS
+    #: W&B (``logger.wandb``, as cbm-train's; the command line's default logs offline; a config built in code: none).
+    logger: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.episodes = nested(EpisodeGrid, self.episodes, "episodes")
+        if self.logger:
+            from cbm.config import to_dataclass
+            from cbm.config.train import LoggerConfig
+
+            to_dataclass(LoggerConfig, self.logger, "logger")
         self.judge_options = nested(JudgeOptions, self.judge_options, "judge_options")
         self.statistics = nested(StatsOptions, self.statistics, "statistics")
         for part in ("models", "datasets"):  # name each entry that is not a mapping
