@@ -193,7 +193,8 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
             replay_csv(wb, Path(trainer.loggers[0].log_dir) / "metrics.csv", wb.floor_step, ckpt_epoch)
     if wb is not None:
         ensure_dir(run_dir)
-        write_record(run_dir, wb.experiment, wb.identity)
+        write_record(run_dir, wb.identity)
+        _ = wb.experiment  # started now: a run that fails before its first log is still recorded as failed
     if zero and not resume:  # the work starts: from here on the directory holds this run
         ensure_dir(run_dir)
         write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))

@@ -148,13 +148,18 @@ def identity(
     return kw
 
 
-def write_record(run_dir: str | Path, run: Any, kw: Mapping[str, Any]) -> None:
-    """Keep the run's identity in ``<run_dir>/wandb.json`` (resume and follow-up commands read it)."""
-    write_json_atomic(
-        Path(run_dir) / RUN_FILE,
-        {"id": run.id, "project": kw.get("project"), "entity": kw.get("entity"), "group": kw.get("group"),
-         "name": kw.get("name"), "job_type": kw.get("job_type")},
-    )  # fmt: skip
+def new_id() -> str:
+    """A fresh W&B run id (8 characters of ``[a-z0-9]``), known before the run starts."""
+    import secrets
+
+    chars = "0123456789abcdefghijklmnopqrstuvwxyz"
+    return "".join(secrets.choice(chars) for _ in range(8))
+
+
+def write_record(run_dir: str | Path, kw: Mapping[str, Any]) -> None:
+    """Keep the run's identity (``kw["id"]`` ...) in ``<run_dir>/wandb.json`` (resume and follow-up
+    commands read it)."""
+    write_json_atomic(Path(run_dir) / RUN_FILE, {k: kw.get(k) for k in ("id", "project", "entity", "group", "name", "job_type")})
 
 
 #: How long a resume waits for a W&B service to let go of the run id of a killed process.
@@ -189,7 +194,7 @@ def start(kw: Mapping[str, Any], config: Mapping[str, Any], run_dir: str | Path)
 
     Path(kw["dir"]).mkdir(parents=True, exist_ok=True)
     run = retry_in_use(lambda: wandb.init(**kw, config=dict(config)))
-    write_record(run_dir, run, kw)
+    write_record(run_dir, {**kw, "id": run.id})
     return run
 
 

@@ -39,11 +39,12 @@ def build_loggers(
         os.environ.setdefault("WANDB_SILENT", "true")
         record = wandb_run.read_record(run_dir) if resume else None
         kw = wandb_run.identity(wb, job_type=job_type, name=run_name, run_dir=run_dir, run_id=record and record["id"])
+        kw.setdefault("id", wandb_run.new_id())  # known before W&B starts: the run directory records it at once
         if record:  # the resumed process is not the sweep job that started the run: keep its identity
             kw.update({k: record[k] for k in ("name", "group", "job_type") if record.get(k)})
         init = {k: v for k, v in kw.items() if k not in ("dir", "project", "name", "mode", "id")}
         wandb_logger = CbmWandbLogger(
-            save_dir=str(run_dir), project=kw["project"], name=kw["name"], id=kw.get("id"), offline=wb.mode == "offline",
+            save_dir=str(run_dir), project=kw["project"], name=kw["name"], id=kw["id"], offline=wb.mode == "offline",
             config=config or {}, floor_step=last_logged_step(run_dir, record["id"]) if record else -1, **init,
         )  # fmt: skip
         wandb_logger.identity = kw

@@ -49,10 +49,12 @@ class CbmWandbLogger(WandbLogger):
         if step is not None and step <= self.floor_step:
             return
         row = {k: v for k, v in metrics.items() if k != "trainer/global_step"}
+        if step is not None:
+            row["trainer/global_step"] = step
         if step is None:
             self.experiment.log(row)
         else:
-            self.experiment.log({**row, "trainer/global_step": step}, step=int(step))
+            self.experiment.log(row, step=int(step))
 
 
 class StepMetrics(Callback):
