@@ -37,15 +37,17 @@ BEST_VAL = {"val/task_acc": "max", "val/task_loss": "min", "val/concept_acc": "m
 _LOCATION_KEYS = ("hydra.", "logger.", "cache_dir", "output_dir", "checkpoint", "blackbox", "resume")
 
 
+#: The characters of a W&B run id.
+ID_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
 def stable_id(*parts: str) -> str:
-    """A W&B run id (12 characters of ``[a-z0-9]``) that is the same for the same ``parts``."""
-    digest = hashlib.sha256("\0".join(parts).encode()).digest()
-    n = int.from_bytes(digest[:10], "big")
-    chars = "0123456789abcdefghijklmnopqrstuvwxyz"
+    """A W&B run id (12 characters of :data:`ID_CHARS`) that is the same for the same ``parts``."""
+    n = int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:10], "big")
     out = ""
     for _ in range(12):
-        n, r = divmod(n, 36)
-        out += chars[r]
+        n, r = divmod(n, len(ID_CHARS))
+        out += ID_CHARS[r]
     return out
 
 
@@ -149,11 +151,10 @@ def identity(
 
 
 def new_id() -> str:
-    """A fresh W&B run id (8 characters of ``[a-z0-9]``), known before the run starts."""
+    """A fresh W&B run id (8 characters of :data:`ID_CHARS`), known before the run starts."""
     import secrets
 
-    chars = "0123456789abcdefghijklmnopqrstuvwxyz"
-    return "".join(secrets.choice(chars) for _ in range(8))
+    return "".join(secrets.choice(ID_CHARS) for _ in range(8))
 
 
 def write_record(run_dir: str | Path, kw: Mapping[str, Any]) -> None:
@@ -266,10 +267,9 @@ def finishing() -> Iterator[None]:
 
 def plain_config(cfg: Any) -> dict[str, Any]:
     """A dataclass / mapping config as plain JSON values (paths and other objects as text)."""
-    import dataclasses
+    from cbm.config.validate import as_dict
 
-    raw = dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(cfg)
-    return json.loads(json.dumps(raw, default=str))
+    return json.loads(json.dumps(as_dict(cfg), default=str))
 
 
 def log_finetune_results(run: Any, result: Mapping[str, Any], out: Path, log_model: bool) -> None:
@@ -299,10 +299,10 @@ def log_finetune_results(run: Any, result: Mapping[str, Any], out: Path, log_mod
 
 def training_dir(checkpoint: str | Path) -> Path:
     """The cbm-train run directory of a run directory or of one of its ``.ckpt`` files."""
-    p = Path(checkpoint)
-    if p.is_file():
-        return p.parent.parent if p.parent.name == "checkpoints" else p.parent
-    return p
+    from cbm.config.paths import resolve_checkpoint
+
+    ckpt = resolve_checkpoint(checkpoint)
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
 def start_follower(wb: Any, *, job_type: str, checkpoint: str | Path, run_dir: str | Path, config: Mapping[str, Any]) -> Any:

@@ -132,13 +132,12 @@ def log_training_results(run: Any, metrics: dict[str, Any], wb: Any, run_dir: Pa
 def log_dataset_artifact(run: Any, data_cfg: Any, dm: Any = None) -> None:
     """The dataset as an artifact named by its cache key: its generator config (which regenerates it
     bit for bit) and split sizes."""
-    import dataclasses
     import json
     import tempfile
 
     from synthetic.cache import config_hash
 
-    cfg = dataclasses.asdict(data_cfg) if dataclasses.is_dataclass(data_cfg) else dict(data_cfg)
+    cfg = wandb_run.plain_config(data_cfg)
     key = config_hash(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "data_config.json"
