@@ -49,7 +49,7 @@ class Cell:
 
     def fingerprint(self) -> str:
         """Hash of what defines the cell (its overrides without the paths that locate it)."""
-        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", "cache_dir=", "checkpoint=", "blackbox=", ORACLE_TABLE, WANDB))]
+        own = [o for o in self.overrides if not o.startswith(("hydra.run.dir=", SEARCH_PATH, "cache_dir=", "checkpoint=", "blackbox=", ORACLE_TABLE, WANDB))]
         return hashlib.sha256(json.dumps([self.stage, own]).encode()).hexdigest()[:16]
 
     def state(self) -> str:
@@ -128,9 +128,27 @@ def wandb_overrides(cfg: ExperimentConfig, cell: Cell) -> list[str]:
     return over
 
 
-def plan(cfg: ExperimentConfig) -> list[Cell]:
-    """Every cell of the experiment in run order: all trainings, then the analyses."""
+#: Where a cell finds the experiment's own config directories (a user's models and presets).
+SEARCH_PATH = "hydra.searchpath="
+
+
+def user_search_path() -> list[str]:
+    """The config directories the running command was given beyond the package's own
+    (``--config-dir``, ``hydra.searchpath``), as ``hydra.searchpath`` entries: every cell composes
+    its config with them, so ``model=my_model`` in a user's preset finds ``conf/model/my_model.yaml``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    sources = HydraConfig.get().runtime.get("config_sources") or []
+    return [f"{s.schema}://{s.path}" for s in sources if s.provider not in ("hydra", "main", "schema") and s.schema in ("file", "pkg")]
+
+
+def plan(cfg: ExperimentConfig, search_path: list[str] | None = None) -> list[Cell]:
+    """Every cell of the experiment in run order: all trainings, then the analyses (``search_path``:
+    config directories every cell gets, default :func:`user_search_path`)."""
     root = Path(cfg.output_dir)
+    search_path = user_search_path() if search_path is None else search_path
     cache = [f"cache_dir={cfg.cache_dir}"] if cfg.cache_dir is not None else ["cache_dir=null"]
     cells: list[Cell] = []
     train: dict[tuple[str, str, int], Cell] = {}
@@ -178,6 +196,7 @@ def plan(cfg: ExperimentConfig) -> list[Cell]:
                     f"target_accuracy={st.target_accuracy}", f"method={st.method}", f"seed={seed}", *cache,
                     *st.overrides, f"hydra.run.dir={d}"]  # fmt: skip
             cells.append(Cell("automate", setting, model, seed, d, over, [tcell]))
+    where = [SEARCH_PATH + "[" + ",".join(repr(p) for p in search_path) + "]"] if search_path else []
     for cell in cells:  # the run directory stays last
-        cell.overrides[-1:-1] = wandb_overrides(cfg, cell)
+        cell.overrides[-1:-1] = [*wandb_overrides(cfg, cell), *where]
     return cells

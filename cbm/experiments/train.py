@@ -32,7 +32,7 @@ from cbm.experiments.common import (
     write_text_atomic,
 )
 from cbm.experiments.lifeline import die_with_parent
-from cbm.models.config import model_config_class
+from cbm.models.registry import validate_model
 from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
 from synthetic.resources import check_footprint
@@ -49,9 +49,8 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     data_raw, model_raw = raw.pop("data"), raw.pop("model")
     train = to_dataclass(TrainConfig, raw, "config")
     data = data_config(data_raw)
-    name = model_raw.get("name", "cbm")
-    model_cfg = as_dict(to_dataclass(model_config_class(name), model_raw, "model"))
-    if name == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
+    model_cfg = validate_model(model_raw)
+    if model_cfg["name"] == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
         raise ConfigError("trainer.checkpoint_monitor=concept_auroc: a black box has no concepts (use task_loss, task_acc or last)")
     check_footprint(data, train.data_storage, train.cache_dir)  # fits in memory / on disk
     sizes = data.split_sizes

@@ -22,6 +22,7 @@ from cbm.config import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig
 from cbm.models.hooks import InterventionHooks
+from cbm.models.registry import settings_of
 from cbm.models.state import MINIMISED, ConceptState
 
 Batch = dict[str, Tensor]
@@ -87,9 +88,9 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         generator config, stored in checkpoints so a run's data can be rebuilt exactly."""
         super().__init__()
         self.save_hyperparameters()
-        self.cfg = to_dataclass(self.config_cls, model, "model")
+        self.cfg = to_dataclass(self.config_cls, settings_of(model), "model")
         self.info = DataInfo(**data)
-        self.backbone = build_backbone(self.cfg.backbone, self.info)
+        self.backbone = self.make_backbone()
         keep = torch.ones(self.info.n_concepts)
         for name in self.cfg.zero_concepts:
             if name not in self.info.concept_names:
@@ -115,6 +116,11 @@ class ConceptModel(L.LightningModule, InterventionHooks):
     @property
     def n_classes(self) -> int:
         return self.info.n_classes
+
+    def make_backbone(self) -> nn.Module:
+        """The encoder ``x -> features`` (``model.backbone``); a wrapper of a model trained
+        elsewhere returns its own (:class:`~cbm.models.external.ExternalCBM`)."""
+        return build_backbone(self.cfg.backbone, self.info)
 
     def build(self) -> None:
         """Create the architecture's layers (called from ``__init__``)."""

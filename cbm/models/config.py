@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.config.safe_paths import check_component
+
 BACKBONES = ("auto", "cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
 CONCEPT_INPUTS = ("features", "hint", "hint_detached")
@@ -119,6 +121,7 @@ class ModelConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
 
     def __post_init__(self) -> None:
+        check_component(self.name, "model.name")  # run directories are named after it
         if self.training not in TRAINING_MODES:
             raise ValueError(f"model.training must be one of {TRAINING_MODES}, got '{self.training}'")
         if self.concept_loss_weight < 0 or self.task_loss_weight < 0:
@@ -293,13 +296,6 @@ MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "probcbm": ProbCBMConfig,
     "ecbm": ECBMConfig,
 }
-
-
-def model_config_class(name: str) -> type[ModelConfig]:
-    """The schema of ``model.name``; an unknown name is one clear error."""
-    if name not in MODEL_CONFIGS:
-        raise ValueError(f"unknown model '{name}', expected one of {sorted(MODEL_CONFIGS)}")
-    return MODEL_CONFIGS[name]
 
 
 @dataclass

@@ -90,7 +90,10 @@ def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> Co
     hp = ckpt.get("hyper_parameters")
     if not isinstance(hp, dict) or not isinstance(hp.get("model"), dict) or "data" not in hp or "state_dict" not in ckpt:
         raise ValueError(f"{ckpt_path} is not a cbm checkpoint (no cbm model hyper-parameters or weights)")
-    cls = model_class(str(hp["model"].get("name", "cbm")))
+    try:
+        cls = model_class(hp["model"])
+    except ValueError as err:
+        raise ValueError(f"{ckpt_path}: {err}") from None
     try:
         model = cls(model=hp["model"], data=hp["data"], data_cfg=hp.get("data_cfg"))
         model.load_state_dict(ckpt["state_dict"], strict=True)

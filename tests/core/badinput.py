@@ -57,6 +57,9 @@ def build_fixtures(root: Path) -> Path:
     (f / "random.ckpt").write_bytes(os.urandom(4096))
     (f / "truncated.ckpt").write_bytes((root / "run" / "checkpoints" / "best.ckpt").read_bytes()[:3000])
     torch.save({"weights": torch.zeros(3)}, f / "other.ckpt")
+    good = torch.load(root / "run" / "checkpoints" / "best.ckpt", weights_only=True, map_location="cpu")
+    good["hyper_parameters"]["model"]["_target_"] = "os.system"  # plain data naming a function: never called
+    torch.save(good, f / "target_system.ckpt")
     torch.save([1, 2, 3], f / "list.ckpt")
     (f / "empty_dir").mkdir()
     (f / "a_file").write_text("not a directory\n")

@@ -43,7 +43,7 @@ EXPERIMENT = [
 ]
 TRAIN = [
     (["data.name=../../x"], "got '../../x'", ()),
-    (["model.name=../../x"], "unknown model '../../x'", ()),
+    (["model.name=../../x"], "model: model.name: '../../x' is not usable as a file or directory name (it contains a path separator)", ()),
     (["hydra.job.name=../evil"], "hydra.job.name: '../evil'", ()),
     (["hydra.job.name=/tmp/x"], "hydra.job.name: '/tmp/x'", (SLOW,)),
     ([f"hydra.job.name={ENV_NAME}"], "hydra.job.name: 'a\\nb\\tc'", (SLOW,)),
@@ -55,7 +55,7 @@ TRAIN = [
     (["--multirun", "hydra.job.name=../${hydra.job.num}"], "hydra.job.name: '../${hydra.job.num}' " + NOT_A_NAME, (SLOW,)),
     (["hydra.run.dir=FX/files/a_file"], "hydra.run.dir: cannot create", ()),
     ([f"hydra.run.dir=FX/{ENV_NAME}"], "hydra.run.dir: 'FX/a\\nb\\tc' contains a control character", ()),
-    (["--multirun", "model.name=cbm,../../x"], "unknown model '../../x'", (SLOW,)),
+    (["--multirun", "model.name=cbm,../../x"], "model.name: '../../x' is not usable", (SLOW,)),
     (["--multirun", "hydra.job.name=a,../b"], "hydra.job.name: '../b'", (SLOW,)),
     (["data=../model/cbm"], f"data: '../model/cbm' {OUTSIDE} conf/data/", ()),
     (["model=../data/robot"], f"model: '../data/robot' {OUTSIDE} conf/model/", (SLOW,)),

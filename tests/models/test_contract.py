@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cbm.interventions.evaluate import intervention_accuracy
-from cbm.models import MODELS, build_model, model_class
+from cbm.models import BUILTIN_TARGETS, build_model, model_class
 from cbm.models.state import ConceptState
 from synthetic.base import SyntheticData, split_codes
 from synthetic.datamodule import SyntheticDataModule
@@ -60,7 +60,8 @@ def state_tensors(state: ConceptState) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------- registry and configs
 def test_registry_names_and_config_classes():
     for name in ARCHS:
-        assert MODELS[name].endswith(":" + model_class(name).__name__)
+        cls = model_class(name)
+        assert BUILTIN_TARGETS[name] == f"{cls.__module__}.{cls.__name__}" and model_class({"name": name}) is cls
     for name in ("cem", "probcbm", "ecbm"):
         assert model_class(name).config_cls().name == name
 
@@ -68,6 +69,7 @@ def test_registry_names_and_config_classes():
 @pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm"])
 def test_yaml_lists_every_schema_field_with_its_default(name):
     yaml = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml"))
+    assert yaml.pop("_target_") == BUILTIN_TARGETS[name]
     assert yaml == asdict(model_class(name).config_cls())
 
 
