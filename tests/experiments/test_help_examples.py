@@ -68,7 +68,7 @@ def all_examples() -> list:
 README = Path(__file__).parents[2] / "README.md"
 #: Placeholder shapes the README uses in prose (``cbm-train ... data_storage=disk``) or for a user's
 #: own file, never meant to run as written.
-NOT_COMMANDS = ("...", "<cell>", "<preset>", "+experiment=mine")
+NOT_COMMANDS = ("...", "<cell>", "<preset>", "+experiment=mine", "my_conf")  # my_conf: tests/models/test_readme_own_model.py runs those
 
 
 def readme_lines(text: str) -> list[str]:
