@@ -13,6 +13,8 @@ prints a markdown table.
 
 from __future__ import annotations
 
+import copy
+
 import logging
 from pathlib import Path
 from typing import Any
@@ -87,18 +89,18 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     ks = resolve_ks(cfg.ks, model.n_concepts)
     costs = concept_costs(model.info.concept_names, cfg.costs) if model.n_concepts else None
     needs_humans = any(k > 0 for k in ks)
-    ctx = BuildContext(
-        seed=cfg.seed, concept_names=tuple(model.info.concept_names), labels=lambda: dm.split("train").tensors["c"]
-    )
+    ctx = BuildContext(seed=cfg.seed, concept_names=tuple(model.info.concept_names), labels=lambda: dm.split("train").tensors["c"],
+                       model=model, validation=lambda: dm.split("val").tensors)  # fmt: skip
     (pname, psettings), (iname, isettings) = next(iter(cfg.policy.items())), next(iter(cfg.intervener.items()))
+    policy = None
     if needs_humans:
-        registry.build("policy", pname, psettings, ctx)  # fails now, not inside the flow
+        policy = registry.build("policy", pname, psettings, ctx)  # fails now, not inside the flow; prepared once
         intervener = registry.build("intervener", iname, isettings, ctx)
     else:
         intervener = None
 
-    def make_policy():  # a fresh, identically seeded policy per budget k
-        return registry.build("policy", pname, psettings, ctx) if needs_humans else None
+    def make_policy():  # a fresh, identically seeded policy per budget k (a copy of the unused, prepared one)
+        return copy.deepcopy(policy)
 
     try:
         calib, cal_scored = calibrate_model(

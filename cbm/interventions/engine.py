@@ -265,7 +265,7 @@ def run_grid(
 
     ``policies`` maps names to policies or to zero-argument factories (called once per ``k``).
     Policies that define ``fork()`` (random ones) get one fork per ``k``; others are shared
-    across budgets and may define ``prepare(model, state, ks)`` to evaluate once per batch.
+    across budgets and may define ``prepare_batch(model, state, ks)`` to evaluate once per batch.
     ``encoding``: levels ``[2, m]`` the model reads for an answer 0 / 1
     (:mod:`cbm.interventions.encodings`; ``None``: the answers themselves).
     """
@@ -300,8 +300,8 @@ def run_grid(
         for pname in policies:
             t0 = time.perf_counter()
             shared = {id(pk) for pk in pol[pname].values()}
-            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare"):
-                pol[pname][ks[0]].prepare(model, state, [k for k in ks if k > 0])
+            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare_batch"):
+                pol[pname][ks[0]].prepare_batch(model, state, [k for k in ks if k > 0])
             masks = {}
             for k in ks:
                 if k == 0:

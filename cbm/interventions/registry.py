@@ -48,6 +48,11 @@ class BuildContext:
     #: ``(batch, i) -> str``: example ``i`` as text, for data a language model cannot see as an
     #: image (the text modality's descriptions); ``None`` for image data.
     describe: Callable[[Any, int], str] | None = None
+    #: The model the components will serve, and ``() -> batch`` of the validation split (``x``,
+    #: ``c``, ``y`` ...): a component with ``prepare(model, batch)`` (a global concept order, a
+    #: learned policy) runs it once when built. ``None``: not prepared (the Python API's caller does).
+    model: Any = None
+    validation: Callable[[], Any] | None = None
 
 
 def _check_kind(kind: str) -> None:
@@ -122,8 +127,15 @@ def validate_all(kind: str, blocks: Mapping[str, Any], exactly_one: bool = False
 
 
 def build(kind: str, name: str, settings: Mapping[str, Any] | None, ctx: BuildContext) -> Any:
-    """The component ``name`` of ``kind``, built from its validated settings and ``ctx``."""
+    """The component ``name`` of ``kind``, built from its validated settings and ``ctx``; one with
+    ``prepare(model, batch)`` is then prepared on ``ctx.validation()`` (when ``ctx.model`` is given)."""
     cfg = validate(kind, name, settings)
     merged = {**defaults(kind, name), **dict(settings or {})}
     cls = component_class(kind, name, merged.get("_target_"))
-    return cls.from_config(cfg, ctx)
+    component = cls.from_config(cfg, ctx)
+    prepare = getattr(component, "prepare", None)
+    if callable(prepare) and ctx.model is not None:
+        if ctx.validation is None:
+            raise ConfigError(f"{kind} '{name}' learns from validation data (prepare), but none was given")
+        prepare(ctx.model, ctx.validation())
+    return component

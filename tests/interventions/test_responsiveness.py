@@ -312,7 +312,7 @@ def test_policy_cache_reuses_one_evaluation_for_all_budgets(monkeypatch):
     model = random_linear(8, 2, 2)
     state = model.encode(torch.randn(4, 8))
     pol = ResponsivenessPolicy(exact_max_candidates=2_000)
-    pol.prepare(model, state, [1, 2, 3, 8])  # 1..3 exact (one evaluation), 8 greedy
+    pol.prepare_batch(model, state, [1, 2, 3, 8])  # 1..3 exact (one evaluation), 8 greedy
     masks = {k: pol.select(model, state, k) for k in (1, 2, 3)}
     assert len(calls) == 1
     fresh = ResponsivenessPolicy(exact_max_candidates=2_000)

@@ -22,7 +22,7 @@ class ResponsivenessPolicy:
     """Request ``argmax_{|S|<=k} resp(S)`` when that maximum exceeds ``threshold``.
 
     The policy caches the search of the last state it saw, so budgets ``k`` asked about the same
-    state reuse one exact evaluation / one greedy chain; :meth:`prepare` lets the engine size that
+    state reuse one exact evaluation / one greedy chain; :meth:`prepare_batch` lets the engine size that
     evaluation for all of its budgets at once. ``last`` holds the last ``SearchResult``.
     """
 
@@ -104,7 +104,7 @@ class ResponsivenessPolicy:
 
         return search_method(n, k, self.search_mode, self.exact_max_candidates)
 
-    def prepare(self, model, state: ConceptState, ks: Iterable[int]) -> None:
+    def prepare_batch(self, model, state: ConceptState, ks: Iterable[int]) -> None:
         """Evaluate once for the largest exact and the largest greedy budget among ``ks``."""
         avail = available_concepts(state, self.allowed)
         n = int(avail.any(0).sum())
