@@ -14,7 +14,6 @@ prints a markdown table.
 from __future__ import annotations
 
 import copy
-
 import logging
 from pathlib import Path
 from typing import Any
