@@ -312,6 +312,14 @@ class SyntheticDataModule(L.LightningDataModule):
         plan = BatchPlan(len(ds), bs, shuffle, self.seed, rank, world)
         return TensorBatches(ds.tensors, plan, ds.image, self.reader(), self.prefetch)
 
+    def whole(self, name: str) -> Batch:
+        """Split ``name`` as one batch, served as the loaders serve it (images as float ``NCHW``):
+        what a pass over a whole split needs (a policy learning from the validation split)."""
+        n = len(self.split(name))
+        if n == 0:
+            raise ValueError(f"the {name} split is empty")
+        return next(iter(self.loader(name, batch_size=n)))
+
     def reader(self) -> ThreadPoolExecutor | None:
         """The read-ahead threads (started on first use, kept across epochs; they exit at
         :meth:`teardown` or when the last loader holding the pool is gone); ``None`` without prefetch."""

@@ -89,7 +89,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     costs = concept_costs(model.info.concept_names, cfg.costs) if model.n_concepts else None
     needs_humans = any(k > 0 for k in ks)
     ctx = BuildContext(seed=cfg.seed, concept_names=tuple(model.info.concept_names), labels=lambda: dm.split("train").tensors["c"],
-                       model=model, validation=lambda: dm.split("val").tensors)  # fmt: skip
+                       model=model, validation=lambda: dm.whole("val"))  # fmt: skip
     (pname, psettings), (iname, isettings) = next(iter(cfg.policy.items())), next(iter(cfg.intervener.items()))
     policy = None
     if needs_humans:

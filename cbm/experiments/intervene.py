@@ -103,7 +103,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     allowed = concept_indices(c.concepts, names)
     ks = resolve_ks(c.ks, len(allowed) if allowed is not None else len(names))
     ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, labels=lambda: dm.split("train").tensors["c"],
-                       describe=text_describer(dm), model=model, validation=lambda: dm.split("val").tensors)  # fmt: skip
+                       describe=text_describer(dm), model=model, validation=lambda: dm.whole("val"))  # fmt: skip
     interveners, policies = build_components(c, ctx)
     loader = dm.loader(c.split)
     bb = None

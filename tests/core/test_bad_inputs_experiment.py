@@ -72,7 +72,7 @@ EXPERIMENT = [
     ([*TINY, "compare.models=[[cbm,nope]]"], "compare.models: unknown ['nope'] (the experiment has ['cbm'])", ()),
     ([*TINY, "compare.models=[[cbm,cbm]]"], "compare.models: each entry is a pair of two different names", (SLOW,)),
     ([*TINY, "compare.policies=[[random]]"], "compare.policies: each entry is a pair of two different names", (SLOW,)),
-    ([*TINY, "compare.policies=[[random,coop]]"], "compare.policies: unknown ['coop']", (SLOW,)),
+    ([*TINY, "compare.policies=[[random,psychic]]"], "compare.policies: unknown ['psychic']", (SLOW,)),
     ([*TINY, "compare=5"], "int is not a subclass of Compare", (SLOW,)),
     ([*TINY, "+compare.pairs=[]"], "pairs", (SLOW,)),
     ([*TINY, "seeds=abc"], "seeds", (SLOW,)),
@@ -109,7 +109,7 @@ EXPERIMENT = [
     ([*TINY, "select.settings=[]"], "select: nothing left to run", (SLOW,)),
     # the analysis stages
     ([*TINY, "intervene.ks=[-1]"], "intervene.ks entries must be integers >= 0 or 'max', got -1", ()),
-    ([*TINY, "intervene.policy=[coop]"], "tab/cbm (intervene): config: unknown policy 'coop'", ()),
+    ([*TINY, "intervene.policy=[psychic]"], "tab/cbm (intervene): config: unknown policy 'psychic'", ()),
     ([*TINY, "intervene.intervener=[]"], "intervene: needs at least one intervener and one policy", (SLOW,)),
     ([*TINY, "+intervene.overrides=[intervener.oracle.nope=1]"], "tab/cbm (intervene): config: unknown key", (SLOW,)),
     ([*TINY, "automate.target_accuracy=2"], "automate.target_accuracy must be in (0, 1], got 2", (SLOW,)),

@@ -150,8 +150,8 @@ def test_bad_requests_fail_clearly():
         run_grid(model, data, {"o": OracleIntervener()}, {"r": RandomPolicy()}, [1])
     from cbm.interventions import registry
 
-    with pytest.raises(ValueError, match="unknown policy 'coop'"):
-        registry.build("policy", "coop", {}, registry.BuildContext())
+    with pytest.raises(ValueError, match="unknown policy 'psychic'"):
+        registry.build("policy", "psychic", {}, registry.BuildContext())
     with pytest.raises(ValueError, match="prior"):
         ResponsivenessPolicy(prior="empirical")
     with pytest.raises(ValueError, match="no examples"):

@@ -97,7 +97,7 @@ def test_app_restricted_concepts_and_empirical_prior(workdir):
         ({"data": {"concept_set": "fine"}}, "checkpoint was trained on concept_names="),
         ({"checkpoint": "BB"}, "black-box model"),
         ({"checkpoint": "/nonexistent/run"}, "checkpoint not found"),
-        ({"policy": {"coop": {}}}, "unknown policy 'coop'"),
+        ({"policy": {"psychic": {}}}, "unknown policy 'psychic'"),
         ({"intervener": {"llm": {}}}, "needs client"),
         ({"intervener": {"expert": {"per_concept": {"wings": 0.9}}}}, "unknown concept 'wings'"),
         ({"split": "dev"}, "split must be one of"),

@@ -176,3 +176,16 @@ def test_entropy_is_in_bits():
     state = model.encode(torch.zeros(2, M))  # p = 0.5: one bit
     assert CooPPolicy(importance_weight=0.0).scores(model, state) == pytest.approx(torch.ones(2, M), abs=1e-6)
     assert math.isclose(float(CooPPolicy(importance_weight=0.0).scores(model, model.encode(torch.full((1, M), 50.0))).max()), 0.0, abs_tol=1e-5)
+
+
+def test_global_order_learns_on_an_image_validation_split_as_the_commands_serve_it():
+    from synthetic.datamodule import SyntheticDataModule
+    from synthetic.registry import data_config, data_info, load_data
+
+    cfg = data_config({"name": "robot", "n_train": 60, "n_calib": 10, "n_test": 10, "image_size": 32})
+    data = load_data(cfg, None)
+    dm = SyntheticDataModule(lambda: data, 16)
+    torch.manual_seed(0)
+    model = build_model({"name": "cbm", "backbone": {"channels": [4, 8], "hidden": [16], "out_dim": 16}}, data_info(data, cfg)).eval()
+    ctx = BuildContext(concept_names=tuple(data.concept_names), model=model, validation=lambda: dm.whole("val"))
+    assert sorted(registry.build("policy", "global_order", None, ctx).order) == list(range(len(data.concept_names)))

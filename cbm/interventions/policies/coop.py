@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cbm.interventions.policies.base import ScorePolicy
@@ -41,8 +41,8 @@ class CooPPolicy(ScorePolicy):
         entropy_weight: float = 1.0
         importance_weight: float = 1.0
         cost_weight: float = 1.0
-        #: ``{concept: cost}``; concepts not listed cost 1.
-        costs: dict[str, float] = field(default_factory=dict)
+        #: ``{concept: cost}``; concepts not listed cost 1 (``null``: all equal).
+        costs: dict[str, float] | None = None
         #: memory budget of one chunk of the single-concept predictions (MiB)
         chunk_mb: float = 256.0
 
@@ -99,7 +99,7 @@ def expected_change(model, state: ConceptState, chunk_mb: float = 256.0) -> Tens
     return (expect - pred_prob[:, None]).abs()
 
 
-def cost_vector(costs: Mapping[str, float], names: Sequence[str]) -> list[float] | None:
+def cost_vector(costs: Mapping[str, float] | None, names: Sequence[str]) -> list[float] | None:
     """Per-concept costs in the model's concept order (1 where not listed); ``None`` when none given."""
     if not costs:
         return None
