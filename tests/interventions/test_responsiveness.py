@@ -356,6 +356,8 @@ ARCH_CASES = {
     "cem-mlp": ("cem", {"emb_size": 3, "head": {"kind": "mlp", "hidden": 8}}),
     "probcbm": ("probcbm", {"n_samples_infer": 6, "emb_size": 4, "class_emb_size": 8}),
     "ecbm-full": ("ecbm", {"pair_inference": "full", "infer_steps": 30, "hidden_dim": 8}),
+    "hybrid-linear": ("hybrid_cbm", {"side_dim": 3}),
+    "hybrid-mlp": ("hybrid_cbm", {"side_dim": 3, "head": {"kind": "mlp", "hidden": 8}}),
 }
 
 
