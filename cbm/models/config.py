@@ -313,6 +313,50 @@ class HybridCBMConfig(ModelConfig):
             raise ValueError(f"model.side_dropout must be in [0, 1), got {self.side_dropout}")
 
 
+COVARIANCES = ("amortized", "global")
+
+
+@dataclass
+class StochasticCBMConfig(ModelConfig):
+    """Stochastic CBM knobs (Vandenhirtz et al. 2024); see cbm/models/scbm.py."""
+
+    name: str = "scbm"
+    training: str = "joint"
+    #: The CBM's rates (conf/model/cbm.yaml).
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-3, head_lr=1e-2))
+    #: ``amortized``: a covariance per input (from the features); ``global``: one learned covariance.
+    covariance: str = "amortized"
+    #: Monte-Carlo samples of the concept logits while training / at inference (fixed buffer, ``mc_seed``).
+    n_samples_train: int = 20
+    n_samples_infer: int = 50
+    mc_seed: int = 0
+    #: Weight of the L1 penalty on the off-diagonal precision (sparse concept dependencies).
+    cov_reg_weight: float = 0.01
+    #: An intervened concept's logit is moved (no further than needed) to where its probability reaches
+    #: this confidence, the other logits follow through the conditional Gaussian.
+    intervention_confidence: float = 0.99
+    #: Added to the diagonal before factorising a conditioned covariance (numerical floor).
+    jitter: float = 1e-5
+    #: Training interventions: with this probability an example's head reads every concept at its
+    #: annotated value (as ProbCBM's), so exact values from a human are in distribution.
+    train_intervention_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.training != "joint":
+            raise ValueError(f"model.training: a stochastic CBM trains jointly, got '{self.training}'")
+        if self.covariance not in COVARIANCES:
+            raise ValueError(f"model.covariance must be one of {COVARIANCES}, got '{self.covariance}'")
+        if self.n_samples_train < 1 or self.n_samples_infer < 1:
+            raise ValueError("model.n_samples_train and n_samples_infer must be >= 1")
+        if self.cov_reg_weight < 0 or not self.jitter > 0:
+            raise ValueError("model.cov_reg_weight must be >= 0 and model.jitter > 0")
+        if not 0.5 < self.intervention_confidence < 1.0:
+            raise ValueError(f"model.intervention_confidence must be in (0.5, 1), got {self.intervention_confidence}")
+        if not 0.0 <= self.train_intervention_prob <= 1.0:
+            raise ValueError(f"model.train_intervention_prob must be in [0, 1], got {self.train_intervention_prob}")
+
+
 #: ``model.name`` -> its schema (torch-free: configs are validated before torch is imported).
 MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "cbm": ModelConfig,
@@ -321,6 +365,7 @@ MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "probcbm": ProbCBMConfig,
     "ecbm": ECBMConfig,
     "hybrid_cbm": HybridCBMConfig,
+    "scbm": StochasticCBMConfig,
 }
 
 

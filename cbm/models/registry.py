@@ -34,6 +34,7 @@ BUILTIN_TARGETS: dict[str, str] = {
     "probcbm": "cbm.models.probcbm.ProbCBM",
     "ecbm": "cbm.models.ecbm.ECBM",
     "hybrid_cbm": "cbm.models.hybrid.HybridCBM",
+    "scbm": "cbm.models.scbm.StochasticCBM",
 }
 #: A built-in class -> its schema, known without importing the class (or torch).
 _BUILTIN_SCHEMAS: dict[str, type[ModelConfig]] = {t: MODEL_CONFIGS[n] for n, t in BUILTIN_TARGETS.items()}

@@ -111,7 +111,7 @@ def test_gradient_policy_is_the_analytic_gradient_on_a_linear_head(target):
     assert torch.equal(order, torch.zeros_like(order).scatter_(1, want.abs().topk(2, 1).indices, True))
 
 
-@pytest.mark.parametrize("name", ["cbm", "cem", "probcbm", "ecbm", "hybrid_cbm"])
+@pytest.mark.parametrize("name", ["cbm", "cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"])
 def test_every_policy_selects_k_concepts_on_every_architecture(name):
     info = {"dataset": "toy", "modality": "tabular", "in_shape": [10], "concept_names": [f"c{i}" for i in range(M)], "class_names": ["a", "b"]}
     fast = {"probcbm": {"n_samples_train": 4, "n_samples_infer": 4}, "ecbm": {"infer_steps": 20}}.get(name, {})

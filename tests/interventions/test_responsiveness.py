@@ -358,6 +358,7 @@ ARCH_CASES = {
     "ecbm-full": ("ecbm", {"pair_inference": "full", "infer_steps": 30, "hidden_dim": 8}),
     "hybrid-linear": ("hybrid_cbm", {"side_dim": 3}),
     "hybrid-mlp": ("hybrid_cbm", {"side_dim": 3, "head": {"kind": "mlp", "hidden": 8}}),
+    "scbm": ("scbm", {"n_samples_infer": 6}),
 }
 
 

@@ -10,7 +10,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from test_contract import ARCHS, CONCEPT_ARCHS, NAMES, TABULAR, evaluate, make, robot_rule_data
+from test_contract import ARCHS, CONCEPT_ARCHS, NAMES, TABULAR, evaluate, make, robot_rule_data, short_run_optim
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cbm.models.pooling import AdaptiveAvgPool2d, adaptive_avg_pool2d
@@ -127,7 +127,7 @@ def test_bf16_mixed_precision_trains_every_architecture_on_cpu(name, one_thread)
     data = robot_rule_data()
     L.seed_everything(0, verbose=False)
     dm = SyntheticDataModule(lambda: data, batch_size=100)
-    model = make(name, TABULAR, optim={"lr": 0.02}, **({"training": "independent"} if name == "cbm" else {}))
+    model = make(name, TABULAR, optim=short_run_optim(name), **({"training": "independent"} if name == "cbm" else {}))
     trainer = L.Trainer(
         max_epochs=12, accelerator="cpu", precision="bf16-mixed", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, deterministic=True,
