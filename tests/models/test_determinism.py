@@ -10,7 +10,16 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
-from test_contract import ARCHS, CONCEPT_ARCHS, NAMES, TABULAR, evaluate, make, robot_rule_data, short_run_optim
+from test_contract import (
+    ARCHS,
+    CONCEPT_ARCHS,
+    NAMES,
+    TABULAR,
+    evaluate,
+    make,
+    robot_rule_data,
+    short_run_optim,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cbm.models.pooling import AdaptiveAvgPool2d, adaptive_avg_pool2d
