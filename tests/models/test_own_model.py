@@ -89,5 +89,5 @@ def test_a_user_class_validates_builds_and_refuses_what_is_not_a_model(user_dir,
     precheck("train", ["++model._target_=mymodels.temp.TempCBM", "+model.temperature=2", "output_dir=" + str(user_dir)], train.validate)
     with pytest.raises(ConfigError, match=r"model._target_: 'os.system' is a builtin_function_or_method"):
         precheck("train", ["++model._target_=os.system", "output_dir=" + str(user_dir)], train.validate)
-    with pytest.raises(ConfigError, match=r"unknown model 'nope', expected one of \['blackbox', 'cbm', 'cem', 'ecbm', 'probcbm'\]"):
+    with pytest.raises(ConfigError, match=r"unknown model 'nope', expected one of \['blackbox', 'cbm', 'cem', 'ecbm', 'hybrid_cbm', 'probcbm', 'scbm'\]"):
         validate_model({"name": "nope"})
