@@ -35,6 +35,7 @@ from cbm.experiments.tables import (
     paired_rows,
     read_json,
     render,
+    rule_rows,
     run_config,
     training_rows,
 )
@@ -177,7 +178,7 @@ def write_experiment_report(root: str | Path) -> str:
     oracle_from_interventions(runs, inter)
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
-              "paired differences": paired_rows(inter, *comparisons(cfg))}  # fmt: skip
+              "paired differences": paired_rows(inter, *comparisons(cfg)), "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]
     head = [f"# {manifest.get('name', root.name)}", "", manifest.get("description", ""), "",

@@ -264,5 +264,26 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     return rows, cols
 
 
+#: A concept-reasoning model's rules over the test split (``[{rule, examples, share, accuracy}]``,
+#: written by ``cbm-train``), and how many per training cell the experiment report shows.
+RULES_FILE = "rules.json"
+RULES_PER_CELL = 5
+
+
+def rule_rows(root: Path, manifest: dict[str, Any], top: int = RULES_PER_CELL) -> tuple[list[dict[str, Any]], list[str]]:
+    """The most used rules of every finished training cell that wrote ``rules.json`` (a DCR's): what
+    the model predicted with on the test split, how often, and how often it was right."""
+    rows = []
+    for cell in manifest.get("cells", []):
+        if cell.get("stage") != "train" or cell.get("status") != "done":
+            continue
+        rules = read_json(root / cell["dir"] / RULES_FILE)
+        for r in rules[:top] if isinstance(rules, list) else []:
+            if isinstance(r, dict) and isinstance(r.get("rule"), str):
+                rows.append({"setting": cell.get("setting"), "model": cell.get("model"), "seed": cell.get("seed"),
+                             **{k: r.get(k) for k in ("rule", "examples", "share", "accuracy")}})  # fmt: skip
+    return rows, ["setting", "model", "seed", "rule", "examples", "share", "accuracy"]
+
+
 def render(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
     return f"## {title}\n\n" + (markdown_table(rows, cols) if rows else "(no finished runs)") + "\n"

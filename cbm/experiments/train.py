@@ -32,6 +32,7 @@ from cbm.experiments.common import (
     write_text_atomic,
 )
 from cbm.experiments.lifeline import die_with_parent
+from cbm.experiments.tables import RULES_FILE
 from cbm.models.registry import validate_model
 from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
@@ -223,6 +224,10 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
             accs = intervention_accuracy(model, dm.loader("test"), ks, lambda: RandomPolicy(seed))
             metrics["oracle_random"] = {str(k): v for k, v in accs.items()}
             timing["interventions_s"] = time.perf_counter() - start
+        rules = None
+        if callable(getattr(model, "rule_table", None)):  # a concept-reasoning head (DCR): its rules, readable
+            rules = model.rule_table(dm.loader("test"))
+            write_json_atomic(run_dir / RULES_FILE, rules)
         metrics.update(
             dataset=data_cfg.name,
             model=model_cfg["name"],
@@ -243,10 +248,22 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         raise
     finish_wandb(0)
     say(results_table([metrics]))
+    if rules:
+        say(f"rules the model predicted with on the test split (most used of {len(rules)}; all in {RULES_FILE}):")
+        say(rules_table(rules[:RULES_SHOWN]))
     if train_cfg.objective:
         say(f"objective {train_cfg.objective} = {metrics[train_cfg.objective]:.6g}")
         return float(metrics[train_cfg.objective])  # type: ignore[return-value]  # what an optimising sweeper reads
     return metrics
+
+
+#: How many of a concept-reasoning model's rules ``cbm-train`` prints (all are in ``RULES_FILE``).
+RULES_SHOWN = 10
+
+
+def rules_table(rules: list[dict[str, Any]]) -> str:
+    """Markdown table of rules (``share`` and ``accuracy`` in %)."""
+    return markdown_table(rules, ["rule", "examples", "share", "accuracy"])
 
 
 def results_table(runs: list[dict[str, Any]]) -> str:

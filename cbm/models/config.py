@@ -357,6 +357,64 @@ class StochasticCBMConfig(ModelConfig):
             raise ValueError(f"model.train_intervention_prob must be in [0, 1], got {self.train_intervention_prob}")
 
 
+@dataclass
+class IntCEMConfig(CEMConfig):
+    """IntCEM knobs (Espinosa Zarlenga et al. 2023); defaults from the reference ``cem/models/intcbm.py``
+    where it has them. ``randint_prob`` draws each rollout's starting interventions."""
+
+    name: str = "intcem"
+    #: Longest rollout (concepts asked after the start), drawn uniformly from 1 .. this (capped at m).
+    max_horizon: int = 6
+    #: The task loss after a rollout of ``T`` steps is weighted ``discount ** T`` (reference 1.1):
+    #: the more concepts a human gave, the more a wrong answer costs.
+    intervention_task_discount: float = 1.1
+    #: Weight of that task loss (the plain task loss on the starting interventions keeps ``task_loss_weight``).
+    rollout_task_weight: float = 1.0
+    #: Weight of the policy's imitation loss (psi imitates the greedy oracle at every rollout step).
+    policy_loss_weight: float = 1.0
+    #: psi's width and hidden layers (cbm.interventions.policies.imitation.PolicyNet).
+    policy_hidden: int = 64
+    policy_layers: int = 2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_horizon < 1:
+            raise ValueError(f"model.max_horizon must be >= 1, got {self.max_horizon}")
+        if not self.intervention_task_discount > 0:
+            raise ValueError(f"model.intervention_task_discount must be > 0, got {self.intervention_task_discount}")
+        if self.rollout_task_weight < 0 or self.policy_loss_weight < 0:
+            raise ValueError("model.rollout_task_weight and model.policy_loss_weight must be >= 0")
+        if self.policy_hidden < 1 or self.policy_layers < 1:
+            raise ValueError("model.policy_hidden and model.policy_layers must be >= 1")
+
+
+DCR_LOGICS = ("godel", "product")
+
+
+@dataclass
+class DCRConfig(CEMConfig):
+    """Deep Concept Reasoner knobs (Barbiero et al. 2023); see cbm/models/dcr.py."""
+
+    name: str = "dcr"
+    #: fuzzy logic of the rule: godel (min / max, the reference default) | product (product t-norm)
+    logic: str = "godel"
+    #: Sharpness of relevance and polarity (their logits are divided by it; reference: 1).
+    temperature: float = 1.0
+    #: Hidden width of the relevance and polarity networks (reference: the embedding size).
+    rule_hidden: int = 16
+    #: A literal is shown in a rule when its relevance exceeds this (readable rules in the report).
+    rule_threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.logic not in DCR_LOGICS:
+            raise ValueError(f"model.logic must be one of {DCR_LOGICS}, got '{self.logic}'")
+        if not self.temperature > 0 or self.rule_hidden < 1:
+            raise ValueError("model.temperature must be > 0 and model.rule_hidden >= 1")
+        if not 0.0 < self.rule_threshold < 1.0:
+            raise ValueError(f"model.rule_threshold must be in (0, 1), got {self.rule_threshold}")
+
+
 #: ``model.name`` -> its schema (torch-free: configs are validated before torch is imported).
 MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "cbm": ModelConfig,
@@ -366,6 +424,8 @@ MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
     "ecbm": ECBMConfig,
     "hybrid_cbm": HybridCBMConfig,
     "scbm": StochasticCBMConfig,
+    "intcem": IntCEMConfig,
+    "dcr": DCRConfig,
 }
 
 

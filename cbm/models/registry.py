@@ -35,6 +35,8 @@ BUILTIN_TARGETS: dict[str, str] = {
     "ecbm": "cbm.models.ecbm.ECBM",
     "hybrid_cbm": "cbm.models.hybrid.HybridCBM",
     "scbm": "cbm.models.scbm.StochasticCBM",
+    "intcem": "cbm.models.intcem.IntCEM",
+    "dcr": "cbm.models.dcr.DCR",
 }
 #: A built-in class -> its schema, known without importing the class (or torch).
 _BUILTIN_SCHEMAS: dict[str, type[ModelConfig]] = {t: MODEL_CONFIGS[n] for n, t in BUILTIN_TARGETS.items()}

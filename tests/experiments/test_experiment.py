@@ -53,7 +53,7 @@ def test_no_preset_and_bad_entries_are_one_line():
         precheck("experiment", ["+experiment=alignment", "models.cbm=['model=nope']"], experiment.validate)
     with pytest.raises(ConfigError, match=r"experiment: intervene.ks entries must be integers >= 0 or 'max', got -1"):
         precheck("experiment", ["+experiment=alignment", "intervene.ks=[0,-1]"], experiment.validate)
-    with pytest.raises(ConfigError, match=r"paper/cbm \(intervene\): config: unknown policy 'psychic' \(choose from: coop, global_order, gradient, random"):
+    with pytest.raises(ConfigError, match=r"paper/cbm \(intervene\): config: unknown policy 'psychic' \(choose from: coop, global_order, gradient, intcem, random"):
         precheck("experiment", ["+experiment=alignment", "intervene.policy=[psychic]"], experiment.validate)
 
 

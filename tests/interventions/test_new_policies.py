@@ -15,6 +15,7 @@ from cbm.interventions import registry
 from cbm.interventions.policies.coop import CooPPolicy, expected_change
 from cbm.interventions.policies.global_order import GlobalOrderPolicy
 from cbm.interventions.policies.gradient import GradientPolicy, concept_gradient
+from cbm.interventions.policies.learned import LearnedPolicy
 from cbm.interventions.policies.uncertainty import UncertaintyPolicy
 from cbm.interventions.registry import BuildContext
 from cbm.models import build_model
@@ -111,7 +112,7 @@ def test_gradient_policy_is_the_analytic_gradient_on_a_linear_head(target):
     assert torch.equal(order, torch.zeros_like(order).scatter_(1, want.abs().topk(2, 1).indices, True))
 
 
-@pytest.mark.parametrize("name", ["cbm", "cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"])
+@pytest.mark.parametrize("name", ["cbm", "cem", "probcbm", "ecbm", "hybrid_cbm", "scbm", "intcem", "dcr"])
 def test_every_policy_selects_k_concepts_on_every_architecture(name):
     info = {"dataset": "toy", "modality": "tabular", "in_shape": [10], "concept_names": [f"c{i}" for i in range(M)], "class_names": ["a", "b"]}
     fast = {"probcbm": {"n_samples_train": 4, "n_samples_infer": 4}, "ecbm": {"infer_steps": 20}}.get(name, {})
@@ -123,7 +124,9 @@ def test_every_policy_selects_k_concepts_on_every_architecture(name):
         state = model.encode(x)
     order = GlobalOrderPolicy()
     order.prepare(model, batch)
-    for policy in (CooPPolicy(), GradientPolicy(), order):
+    learned = LearnedPolicy(LearnedPolicy.Config(epochs=2))
+    learned.prepare(model, batch)
+    for policy in (CooPPolicy(), GradientPolicy(), order, learned):
         for k in (1, 3):
             mask = policy.select(model, state, k)
             assert mask.shape == (5, M) and (mask.sum(1) == k).all(), (name, type(policy).__name__)

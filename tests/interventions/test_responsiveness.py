@@ -359,6 +359,8 @@ ARCH_CASES = {
     "hybrid-linear": ("hybrid_cbm", {"side_dim": 3}),
     "hybrid-mlp": ("hybrid_cbm", {"side_dim": 3, "head": {"kind": "mlp", "hidden": 8}}),
     "scbm": ("scbm", {"n_samples_infer": 6}),
+    "intcem": ("intcem", {"emb_size": 3}),
+    "dcr": ("dcr", {"emb_size": 3, "rule_hidden": 4}),
 }
 
 

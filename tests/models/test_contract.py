@@ -21,7 +21,7 @@ from synthetic.base import SyntheticData, split_codes
 from synthetic.datamodule import SyntheticDataModule
 
 ROOT = Path(__file__).resolve().parents[2]
-ARCHS = ["cbm", "blackbox", "cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"]
+ARCHS = ["cbm", "blackbox", "cem", "probcbm", "ecbm", "hybrid_cbm", "scbm", "intcem", "dcr"]
 CONCEPT_ARCHS = [a for a in ARCHS if a != "blackbox"]
 NAMES = ["head_round", "body_round", "knees", "antennae", "ears_triangle", "mouth_closed", "foot_pointy"]
 CLASSES = ["Drent", "Glorp"]
@@ -66,14 +66,14 @@ def test_registry_names_and_config_classes():
         assert model_class(name).config_cls().name == name
 
 
-@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"])
+@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm", "intcem", "dcr"])
 def test_yaml_lists_every_schema_field_with_its_default(name):
     yaml = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml"))
     assert yaml.pop("_target_") == BUILTIN_TARGETS[name]
     assert yaml == asdict(model_class(name).config_cls())
 
 
-@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"])
+@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm", "intcem", "dcr"])
 def test_hydra_composes_each_model(name):
     from hydra import compose, initialize_config_dir
 
@@ -314,7 +314,7 @@ def test_robot_generator_short_run(name, modality, compose_train, one_thread):
         assert accs[model.n_concepts] >= (0.99 if modality == "tabular" else 0.97), (name, modality, accs)
 
 
-@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm"])
+@pytest.mark.parametrize("name", ["cem", "probcbm", "ecbm", "hybrid_cbm", "scbm", "intcem", "dcr"])
 def test_cbm_train_app_runs_each_model(name, compose_train, tmp_path, one_thread):
     """``cbm-train model=<name>``: fit, reload the best checkpoint, test, oracle interventions."""
     from cbm.experiments.train import run

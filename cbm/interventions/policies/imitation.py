@@ -1,0 +1,137 @@
+"""The pieces of the learned (``intcem``) policy that need torch: the scoring network ``psi``, its
+sequential selection, the greedy-oracle targets it imitates and its fit on validation rollouts
+(:mod:`cbm.interventions.policies.learned` explains the policy; an IntCEM trains ``psi`` with these)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cbm.interventions.policies.effects import single_concept_logits
+
+if TYPE_CHECKING:
+    from cbm.interventions.policies.learned import LearnedPolicy
+    from cbm.models.state import ConceptState
+
+
+class PolicyNet(nn.Module):
+    """``psi``: ``[probs of the concepts not asked, asked mask]`` (``2m``) -> ``m`` scores."""
+
+    def __init__(self, n_concepts: int, hidden: int = 64, layers: int = 2):
+        super().__init__()
+        dims = [2 * n_concepts, *([hidden] * layers)]
+        blocks: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            blocks += [nn.Linear(a, b), nn.LeakyReLU()]
+        self.net = nn.Sequential(*blocks, nn.Linear(dims[-1], n_concepts))
+
+    def forward(self, probs: Tensor, asked: Tensor) -> Tensor:
+        """``[B,m]`` scores, larger = ask sooner (asked concepts are not masked here)."""
+        a = asked.to(probs.dtype)
+        return self.net(torch.cat([probs * (1 - a), a], dim=1))
+
+
+def sequential_select(net: PolicyNet, probs: Tensor, asked: Tensor, avail: Tensor, k: int) -> Tensor:
+    """Bool ``[B,m]``: ``k`` concepts (at most the available ones) asked one after another, each the
+    best-scored available concept given those asked before it (and ``asked``, the state's own)."""
+    chosen = torch.zeros_like(avail)
+    p = probs.float()
+    with torch.no_grad():
+        for _ in range(min(k, avail.shape[1])):
+            left = avail & ~chosen
+            if not bool(left.any()):
+                break
+            scores = net(p, asked | chosen).float().masked_fill(~left, float("-inf"))
+            pick = scores.argmax(1)
+            chosen |= F.one_hot(pick, avail.shape[1]).bool() & left.any(1, keepdim=True)
+    return chosen
+
+
+def greedy_targets(model, state: ConceptState, asked: Tensor, truth: Tensor, y: Tensor, candidates: Tensor,
+                   chunk_mb: float = 256.0) -> Tensor:  # fmt: skip
+    """``[B]`` long: the candidate whose true value, set on top of ``asked`` (set to ``truth``),
+    gives class ``y`` the highest probability (lowest index on ties); ``-1`` where no candidate is
+    left. No gradient."""
+    with torch.no_grad():
+        st = model.intervene(state, asked, truth.to(state.probs.dtype)) if bool(asked.any()) else state
+        logits = single_concept_logits(model, st, chunk_mb)  # [B, m, 2, C]
+        at_truth = logits.gather(2, truth.long()[:, :, None, None].expand(-1, -1, 1, logits.shape[-1]))[:, :, 0]  # [B, m, C]
+        gain = torch.log_softmax(at_truth.float(), dim=-1).gather(2, y[:, None, None].expand(-1, logits.shape[1], 1))[..., 0]
+        gain = gain.masked_fill(~candidates, float("-inf"))
+        best = gain.argmax(1)
+    return torch.where(candidates.any(1), best, torch.full_like(best, -1))
+
+
+def imitation_loss(net: PolicyNet, probs: Tensor, asked: Tensor, candidates: Tensor, target: Tensor) -> Tensor:
+    """Cross-entropy of ``psi``'s scores over the candidates against the greedy target (rows without
+    a target add nothing)."""
+    valid = target >= 0
+    if not bool(valid.any()):
+        return probs.new_zeros(())
+    scores = net(probs[valid], asked[valid]).masked_fill(~candidates[valid], float("-inf"))
+    return F.cross_entropy(scores.float(), target[valid])
+
+
+def random_start(avail: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Bool ``[B,m]``: per row, a uniformly random number (0 to all but one) of the available
+    concepts, chosen uniformly: the starting masks of the rollouts."""
+    b, m = avail.shape
+    noise = torch.rand(b, m, generator=generator, device="cpu").to(avail.device).masked_fill(~avail, 2.0)
+    rank = noise.argsort(1).argsort(1)  # the position of each concept in a random order of the available
+    n_avail = avail.sum(1, keepdim=True)
+    size = (torch.rand(b, 1, generator=generator, device="cpu").to(avail.device) * n_avail).floor()  # 0 .. n-1
+    return (rank < size) & avail
+
+
+def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: LearnedPolicy.Config,
+                     seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """``(probs, asked, candidates, target)`` rows along ``s.rollouts`` greedy-oracle trajectories of
+    every validation example, each from a random starting mask (:func:`random_start`)."""
+    from cbm.interventions.engine import model_device
+    from cbm.interventions.interveners.base import true_concepts
+
+    dev = model_device(model)
+    x, y = batch["x"].to(dev), batch["y"].to(dev)
+    if len(y) == 0:
+        raise ValueError("intcem policy: the validation split is empty")
+    truth = true_concepts(batch).to(dev)
+    with torch.no_grad():
+        state = model.encode(x)
+    b, m = state.probs.shape
+    allowed_rows = torch.ones(b, m, dtype=torch.bool, device=dev) if allowed is None else allowed[None].expand(b, m)
+    gen = torch.Generator().manual_seed(seed)
+    out: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    for _ in range(s.rollouts):
+        asked = random_start(allowed_rows, gen)
+        while True:
+            candidates = allowed_rows & ~asked
+            live = candidates.any(1)
+            if not bool(live.any()):
+                break
+            target = greedy_targets(model, state, asked, truth, y, candidates, s.chunk_mb)
+            out.append((state.probs[live].float(), asked[live], candidates[live], target[live]))
+            asked = asked | (F.one_hot(target.clamp_min(0), m).bool() & live[:, None])
+    return tuple(torch.cat(parts) for parts in zip(*out))  # type: ignore[return-value]
+
+
+def fit_policy(model, batch: dict[str, Any], allowed: Tensor | None, s: LearnedPolicy.Config, seed: int = 0) -> PolicyNet:
+    """``psi`` fit to imitate the greedy oracle on ``batch`` (the validation split), ``model`` frozen
+    (``s``: the policy's settings: network size, rollouts, epochs, rate, batch, chunk)."""
+    probs, asked, candidates, target = collect_rollouts(model, batch, allowed, s, seed)
+    torch.manual_seed(seed)  # the network's initialisation
+    net = PolicyNet(probs.shape[1], s.hidden, s.layers).to(probs.device)
+    opt = torch.optim.Adam(net.parameters(), lr=s.lr)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.enable_grad():
+        for _ in range(s.epochs):
+            order = torch.randperm(len(target), generator=gen).to(probs.device)
+            for i in range(0, len(order), s.batch_size):
+                rows = order[i : i + s.batch_size]
+                loss = imitation_loss(net, probs[rows], asked[rows], candidates[rows], target[rows])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    return net.eval()
