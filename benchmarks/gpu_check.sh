@@ -4,8 +4,9 @@
 #      short deterministic GPU trainings, same-seed repeats, bf16) and the determinism audit;
 #   2. every architecture on the default robot data, seeds 0 1 2 plus a same-seed repeat, with
 #      trainer=gpu (deterministic kernels), compared with the CPU figures in
-#      benchmarks/results/seeds_robot_cpu.json; every architecture on Sudoku 50 px;
-#   3. cbm-intervene and cbm-automate with device=cuda;
+#      benchmarks/results/seeds_robot_cpu.json (the newer architectures with
+#      seeds_robot_new_archs_cpu.json); every architecture on Sudoku 50 px;
+#   3. cbm-intervene (also with the learned policies) and cbm-automate with device=cuda;
 #   4. the default robot CBM run alone (10 epochs, test, oracle table): its training+evaluation time.
 # It prints one table per dataset and exits non-zero if any check fails.
 #
@@ -49,6 +50,14 @@ step "CUDA tests and the determinism audit"
 step "robot: every architecture, seeds 0 1 2 + a same-seed repeat (trainer=gpu)"
 "$PY" benchmarks/seed_sweep.py --jobs "$JOBS" --repeat --out "$OUT/robot" --json "$OUT/robot.json" \
   --reference benchmarks/results/seeds_robot_cpu.json -- trainer=gpu || status=1
+
+step "robot: the architectures beyond the benchmark's four, seeds 0 1 2 (trainer=gpu)"
+"$PY" benchmarks/seed_sweep.py --archs hybrid_cbm,scbm,intcem,dcr --jobs "$JOBS" --out "$OUT/robot" \
+  --json "$OUT/robot_new_archs.json" --reference benchmarks/results/seeds_robot_new_archs_cpu.json -- trainer=gpu || status=1
+
+step "cbm-intervene on the GPU with the learned policies (robot IntCEM, seed 0: its own psi; a fit one)"
+"$PY" -m cbm.experiments.intervene checkpoint="$OUT/robot/robot-intcem-s0" device=cuda cache_dir="$OUT/robot/cache" \
+  "hydra.run.dir=$OUT/intervene_intcem" 'ks=[0,1,3,max]' 'policy=[random,intcem,global_order,coop,gradient]' || status=1
 
 step "Sudoku 50 px: every architecture, seed 0 (trainer=gpu)"
 "$PY" benchmarks/seed_sweep.py --data sudoku_50px --seeds 0 --jobs 5 --out "$OUT/sudoku" --json "$OUT/sudoku.json" \
