@@ -217,6 +217,32 @@ class LabelNoise:
         self.splits = [str(x) for x in splits]
 
 
+CUE_KINDS = ("none", "corner", "tint")
+
+
+@dataclass
+class SpuriousCue:
+    """A cue drawn into every image that says a class, true with probability ``correlation``: the
+    shortcut a model can learn instead of the parts (the faithfulness testbed's knob).
+
+    ``kind``: ``corner`` (a white square in the top-left corner says Glorp, in the top-right corner
+    Drent) or ``tint`` (the image shifted toward red says Glorp, toward blue Drent); ``none``: no cue.
+    ``correlation`` 1 makes the cue as good as the label rule, 0.5 independent of the label.
+    ``strength``: the tint's shift in intensity levels, or the corner square's side in pixels at
+    32 px (scaled with the image). The drawn cue of each row is ``extra["cue"]`` (1 = says Glorp),
+    so a counterfactual re-renders the row with the other cue (:func:`synthetic.robot.cue.draw_cue`)."""
+
+    kind: str = "none"
+    correlation: float = 1.0
+    strength: int = 4
+
+    def __post_init__(self) -> None:
+        if self.kind not in CUE_KINDS:
+            _fail("RobotConfig.cue.kind", f"must be one of {list(CUE_KINDS)}, got {self.kind!r}")
+        self.correlation = _number("RobotConfig.cue.correlation", self.correlation, 0.0, 1.0)
+        self.strength = _integer("RobotConfig.cue.strength", self.strength, 1, 128)
+
+
 def body_grid() -> dict:
     """Every combination of the body attributes once (an attribute table), for exact shares."""
     import numpy as np
@@ -296,6 +322,8 @@ class RobotConfig:
     label_noise: LabelNoise = field(default_factory=LabelNoise)
     #: who annotates the concepts: {kind: annotated | clip, checkpoint, prompt, prompts, concepts_file, percentile}
     concept_source: ConceptSource = field(default_factory=ConceptSource)
+    #: a spurious cue drawn into the images: {kind: none | corner | tint, correlation, strength}
+    cue: SpuriousCue = field(default_factory=SpuriousCue)
     n_train: int = 3800
     val_fraction: float = 0.2
     n_calib: int = 2000
@@ -360,7 +388,8 @@ class RobotConfig:
         self._resolve_label_rule()
         self._resolve_train_constraints()
         blocks = (("nuisance", NuisanceConfig), ("concept_noise_asym", AsymmetricNoise),
-                  ("concept_missing", MissingConcepts), ("label_noise", LabelNoise), ("concept_source", ConceptSource))  # fmt: skip
+                  ("concept_missing", MissingConcepts), ("label_noise", LabelNoise), ("concept_source", ConceptSource),
+                  ("cue", SpuriousCue))  # fmt: skip
         for name, cls in blocks:
             value = _plain(getattr(self, name))
             if isinstance(value, Mapping):
@@ -372,6 +401,8 @@ class RobotConfig:
                 _fail(f"RobotConfig.{name}", f"expected a mapping or {cls.__name__}, got {value!r}")
             setattr(self, name, value)
         self._check_concept_source()
+        if self.cue.kind != "none" and self.modality != "image":
+            _fail("RobotConfig.cue.kind", f"a cue is drawn into images: needs modality=image, got {self.modality!r}")
 
     def _check_concept_source(self) -> None:
         """CLIP annotation reads images and replaces every other annotation knob's work."""
@@ -489,6 +520,8 @@ class RobotConfig:
             del out["label_noise"]
         if out["concept_source"] == dataclasses.asdict(ConceptSource()):
             del out["concept_source"]
+        if out["cue"]["kind"] == "none":
+            del out["cue"]
         return out
 
     @classmethod

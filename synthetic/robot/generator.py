@@ -45,13 +45,14 @@ from synthetic.robot.attributes import (
 from synthetic.robot.concept_source import apply_concept_source
 from synthetic.robot.concepts import evaluate, load_concept_set
 from synthetic.robot.config import RobotConfig, pattern_share
+from synthetic.robot.cue import cue_bits, draw_cue
 from synthetic.robot.renderer import render
 
 #: Bump when the output for a given config changes (part of the cache key).
 ROBOT_VERSION = 2  # 2: extra["c_clean"]
 #: ``y = 1`` is Glorp, ``y = 0`` Drent.
 CLASS_NAMES = ["Drent", "Glorp"]
-_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5, "pixels": 6, "asym": 7, "missing": 8, "label_noise": 9}
+_STREAMS = {"body": 1, "label": 2, "nuisance": 3, "noise": 4, "text": 5, "pixels": 6, "asym": 7, "missing": 8, "label_noise": 9, "cue": 10}
 _DEFAULT_ARM = len(ARM_ANGLES) // 2  # horizontal
 _DEFAULT_LEG = 1
 _DEFAULT_PALETTE = PALETTE_NAMES.index("blue")
@@ -160,8 +161,9 @@ class ImageRows:
     chunk in order (each split's pixel-noise stream advances as the rows go by; ``skip(a, b)``
     advances it without rendering, for a resumed run)."""
 
-    def __init__(self, cfg: RobotConfig, meta: np.ndarray, split: np.ndarray):
-        self.cfg, self.meta, self.split = cfg, meta, split
+    def __init__(self, cfg: RobotConfig, meta: np.ndarray, split: np.ndarray, cue: np.ndarray | None = None):
+        """``cue``: each row's cue bit (``RobotConfig.cue``; drawn after rendering, before the pixel noise)."""
+        self.cfg, self.meta, self.split, self.cue = cfg, meta, split, cue
         self._rngs: dict[int, np.random.Generator] = {}
 
     def _noise(self, a: int, b: int, x: np.ndarray | None) -> None:
@@ -181,6 +183,8 @@ class ImageRows:
     def rows(self, a: int, b: int) -> np.ndarray:
         c = self.cfg
         x = render(self.meta[a:b], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        if self.cue is not None and c.cue.kind != "none":
+            x = draw_cue(x, self.cue[a:b], c.cue)
         if c.pixel_noise > 0:
             self._noise(a, b, x)
         return x
@@ -194,7 +198,9 @@ class ImageRows:
         if self.cfg.pixel_noise > 0:
             raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
         c = self.cfg
-        return render(self.meta[np.asarray(rows, dtype=np.int64)], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        rows = np.asarray(rows, dtype=np.int64)
+        x = render(self.meta[rows], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        return draw_cue(x, self.cue[rows], c.cue) if self.cue is not None and c.cue.kind != "none" else x
 
 
 def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | None = None) -> SyntheticData:
@@ -209,7 +215,7 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
     rates = np.asarray(cfg.noise_rates(chosen.names), dtype=np.float64)
     sizes = cfg.split_sizes
 
-    metas, ys, cs, cleans, c_trues, texts, observed = [], [], [], [], [], [], []
+    metas, ys, cs, cleans, c_trues, texts, observed, cues = [], [], [], [], [], [], [], []
     missing_on = cfg.concept_missing.mechanism != "none"
     for name, code in SPLITS.items():
         meta, y = _sample_split(cfg, sizes[name], code)
@@ -224,6 +230,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
             c[flips] = 1.0 - c[flips]
         if missing_on:
             observed.append(_observed(cfg, c, code))
+        if cfg.cue.kind != "none":
+            cues.append(cue_bits(cfg.cue, y, _rng(cfg, "cue", code)))
         metas.append(meta)
         ys.append(y)
         cs.append(c)
@@ -247,10 +255,13 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         "palettes": PALETTE_NAMES,
         "arm_angles_deg": list(ARM_ANGLES),
     }
+    cue = np.concatenate(cues) if cues else None
+    if cue is not None:
+        info["cue"] = {"kind": cfg.cue.kind, "correlation": cfg.cue.correlation, "says": "extra['cue']: 1 = Glorp"}
     if cfg.modality == "image" and images is not None:
-        x = images(ImageRows(cfg, meta, split), len(meta))
+        x = images(ImageRows(cfg, meta, split, cue), len(meta))
     elif cfg.modality == "image":
-        x = ImageRows(cfg, meta, split).rows(0, len(meta))
+        x = ImageRows(cfg, meta, split, cue).rows(0, len(meta))
     elif cfg.modality == "tabular":
         x = tabular_features(meta)
         info["x_names"] = TABULAR_NAMES
@@ -271,7 +282,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         modality=cfg.modality,
         # Noise-free values of the chosen concept set: what an oracle intervener supplies.
         extra={"c_clean": np.concatenate(cleans).astype(np.float32)}
-        | ({"c_observed": np.concatenate(observed)} if missing_on else {}),
+        | ({"c_observed": np.concatenate(observed)} if missing_on else {})
+        | ({"cue": cue} if cue is not None else {}),
         info=info,
     )
 
@@ -317,7 +329,7 @@ def _load_generated(cfg: RobotConfig, cache_dir: str | None, storage: str, chunk
         return cached_without_images(
             cache_key(cfg),
             lambda: generate(cfg, images=lambda rows, n: RenderedImages(rows.take, (n, *shape))),
-            lambda a: RenderedImages(ImageRows(cfg, a["meta"], a["split"]).take, (len(a["meta"]), *shape)),
+            lambda a: RenderedImages(ImageRows(cfg, a["meta"], a["split"], a.get("extra__cue")).take, (len(a["meta"]), *shape)),
             cache_dir,
             "robot-labels",
         )
@@ -334,7 +346,7 @@ def _load_generated(cfg: RobotConfig, cache_dir: str | None, storage: str, chunk
         return cached_without_images(
             cache_key(cfg),
             lambda: generate(cfg, images=to_disk),
-            lambda a: to_disk(ImageRows(cfg, a["meta"], a["split"]), len(a["meta"])),
+            lambda a: to_disk(ImageRows(cfg, a["meta"], a["split"], a.get("extra__cue")), len(a["meta"])),
             cache_dir,
             "robot-labels",
         )
