@@ -375,6 +375,9 @@ class IntCEMConfig(CEMConfig):
     #: psi's width and hidden layers (cbm.interventions.policies.imitation.PolicyNet).
     policy_hidden: int = 64
     policy_layers: int = 2
+    #: stakes (each step's imitation weighted by how much the oracle's choice raises log p(y)) |
+    #: uniform (the reference's plain cross-entropy); see cbm.interventions.policies.imitation
+    policy_weighting: str = "stakes"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -386,6 +389,8 @@ class IntCEMConfig(CEMConfig):
             raise ValueError("model.rollout_task_weight and model.policy_loss_weight must be >= 0")
         if self.policy_hidden < 1 or self.policy_layers < 1:
             raise ValueError("model.policy_hidden and model.policy_layers must be >= 1")
+        if self.policy_weighting not in ("stakes", "uniform"):
+            raise ValueError(f"model.policy_weighting must be one of ('stakes', 'uniform'), got '{self.policy_weighting}'")
 
 
 DCR_LOGICS = ("godel", "product")

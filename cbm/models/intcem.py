@@ -75,8 +75,9 @@ class IntCEM(CEM):
             live = candidates.any(1)
             if not bool(live.any()):
                 break
-            target = greedy_targets(self, state, asked, truth, y, candidates)
-            policy_losses.append(imitation_loss(self.policy_net, probs, asked, candidates, target))
+            target, stakes = greedy_targets(self, state, asked, truth, y, candidates)
+            weight = stakes if self.cfg.policy_weighting == "stakes" else None
+            policy_losses.append(imitation_loss(self.policy_net, probs, asked, candidates, target, weight))
             with torch.no_grad():
                 scores = self.policy_net(probs[live], asked[live]).float().masked_fill(~candidates[live], float("-inf"))
                 pick = torch.multinomial(torch.softmax(scores, dim=1), 1)[:, 0]

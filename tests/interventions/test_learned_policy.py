@@ -34,10 +34,13 @@ def test_greedy_targets_are_the_best_next_concept_by_brute_force(name):
         state = model.encode(batch["x"])
     asked = random_start(torch.ones(40, M, dtype=torch.bool), torch.Generator().manual_seed(3))
     candidates = ~asked
-    got = greedy_targets(model, state, asked, batch["c"], batch["y"], candidates)
+    got, stakes = greedy_targets(model, state, asked, batch["c"], batch["y"], candidates)
     want = torch.full((40,), -1)
+    want_stakes = torch.zeros(40)
     with torch.no_grad():
         for row in range(40):
+            st = model.intervene(state.index(slice(row, row + 1)), asked[row : row + 1], batch["c"][row : row + 1])
+            now = float(torch.log_softmax(model.predict(st).float(), 1)[0, batch["y"][row]])
             best, best_j = -float("inf"), -1
             for j in range(M):
                 if not candidates[row, j]:
@@ -49,7 +52,9 @@ def test_greedy_targets_are_the_best_next_concept_by_brute_force(name):
                 if v > best + 1e-6:
                     best, best_j = v, j
             want[row] = best_j
+            want_stakes[row] = max(best - now, 0.0) if best_j >= 0 else 0.0
     assert (got >= 0).all() == bool(candidates.any(1).all())
+    torch.testing.assert_close(stakes, want_stakes, atol=1e-5, rtol=0)
     # the same concept, or one the brute force scores within float noise of it
     assert (got == want).float().mean() >= 0.95, (got, want)
 
@@ -112,6 +117,20 @@ def test_the_fitted_policy_asks_the_one_concept_that_decides_first():
     acc = {(r["policy"], r["k"]): r["accuracy"] for r in grid.rows}
     assert acc[("intcem", 0)] == pytest.approx(0.5, abs=0.08)  # the detector says 0.5: the head guesses
     assert acc[("intcem", 1)] >= 0.99 > acc[("random", 1)] + 0.2
+
+
+def test_stakes_weight_the_imitation_and_zero_stakes_teach_nothing():
+    from cbm.interventions.policies.imitation import imitation_loss
+
+    net = PolicyNet(M)
+    probs, asked = torch.rand(8, M), torch.zeros(8, M, dtype=torch.bool)
+    candidates, target = torch.ones(8, M, dtype=torch.bool), torch.arange(8) % M
+    with torch.no_grad():
+        plain = float(imitation_loss(net, probs, asked, candidates, target))
+        assert float(imitation_loss(net, probs, asked, candidates, target, torch.ones(8))) == pytest.approx(plain)
+        assert float(imitation_loss(net, probs, asked, candidates, target, torch.zeros(8))) == 0.0
+        only_first = float(imitation_loss(net, probs, asked, candidates, target, torch.tensor([3.0, 0, 0, 0, 0, 0, 0, 0])))
+        assert only_first == pytest.approx(float(imitation_loss(net, probs[:1], asked[:1], candidates[:1], target[:1])))
 
 
 def test_sources_intcem_brings_its_own_psi_others_get_one_fit():

@@ -51,28 +51,39 @@ def sequential_select(net: PolicyNet, probs: Tensor, asked: Tensor, avail: Tenso
 
 
 def greedy_targets(model, state: ConceptState, asked: Tensor, truth: Tensor, y: Tensor, candidates: Tensor,
-                   chunk_mb: float = 256.0) -> Tensor:  # fmt: skip
-    """``[B]`` long: the candidate whose true value, set on top of ``asked`` (set to ``truth``),
-    gives class ``y`` the highest probability (lowest index on ties); ``-1`` where no candidate is
-    left. No gradient."""
+                   chunk_mb: float = 256.0) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``(target, stakes)``, each ``[B]``: the candidate whose true value, set on top of ``asked`` (set
+    to ``truth``), gives class ``y`` the highest probability (lowest index on ties; ``-1`` where no
+    candidate is left), and how much that raises ``log p(y)`` (>= 0; 0 without a candidate): where the
+    model is already sure of the right class every choice is as good, and the target is noise.
+    No gradient."""
     with torch.no_grad():
         st = model.intervene(state, asked, truth.to(state.probs.dtype)) if bool(asked.any()) else state
+        now = torch.log_softmax(model.predict(st).float(), dim=-1).gather(1, y[:, None])[:, 0]
         logits = single_concept_logits(model, st, chunk_mb)  # [B, m, 2, C]
         at_truth = logits.gather(2, truth.long()[:, :, None, None].expand(-1, -1, 1, logits.shape[-1]))[:, :, 0]  # [B, m, C]
         gain = torch.log_softmax(at_truth.float(), dim=-1).gather(2, y[:, None, None].expand(-1, logits.shape[1], 1))[..., 0]
         gain = gain.masked_fill(~candidates, float("-inf"))
-        best = gain.argmax(1)
-    return torch.where(candidates.any(1), best, torch.full_like(best, -1))
+        best_gain, best = gain.max(1)
+        live = candidates.any(1)
+        stakes = torch.where(live, (best_gain - now).clamp_min(0.0), torch.zeros_like(now))
+    return torch.where(live, best, torch.full_like(best, -1)), stakes
 
 
-def imitation_loss(net: PolicyNet, probs: Tensor, asked: Tensor, candidates: Tensor, target: Tensor) -> Tensor:
-    """Cross-entropy of ``psi``'s scores over the candidates against the greedy target (rows without
-    a target add nothing)."""
-    valid = target >= 0
+def imitation_loss(net: PolicyNet, probs: Tensor, asked: Tensor, candidates: Tensor, target: Tensor,
+                   weight: Tensor | None = None) -> Tensor:  # fmt: skip
+    """Cross-entropy of ``psi``'s scores over the candidates against the greedy target, averaged over
+    the rows with a target, each weighted by ``weight`` (e.g. the stakes of :func:`greedy_targets`;
+    ``None``: equally). Zero when no row has a target or every weight is 0."""
+    valid = target >= 0 if weight is None else (target >= 0) & (weight > 0)
     if not bool(valid.any()):
         return probs.new_zeros(())
     scores = net(probs[valid], asked[valid]).masked_fill(~candidates[valid], float("-inf"))
-    return F.cross_entropy(scores.float(), target[valid])
+    ce = F.cross_entropy(scores.float(), target[valid], reduction="none")
+    if weight is None:
+        return ce.mean()
+    w = weight[valid].float()
+    return (ce * w).sum() / w.sum()
 
 
 def random_start(avail: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -87,8 +98,8 @@ def random_start(avail: Tensor, generator: torch.Generator | None = None) -> Ten
 
 
 def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: LearnedPolicy.Config,
-                     seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """``(probs, asked, candidates, target)`` rows along ``s.rollouts`` greedy-oracle trajectories of
+                     seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """``(probs, asked, candidates, target, stakes)`` rows along ``s.rollouts`` greedy-oracle trajectories of
     every validation example, each from a random starting mask (:func:`random_start`)."""
     from cbm.interventions.engine import model_device
     from cbm.interventions.interveners.base import true_concepts
@@ -103,7 +114,7 @@ def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: Le
     b, m = state.probs.shape
     allowed_rows = torch.ones(b, m, dtype=torch.bool, device=dev) if allowed is None else allowed[None].expand(b, m)
     gen = torch.Generator().manual_seed(seed)
-    out: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    out: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]] = []
     for _ in range(s.rollouts):
         asked = random_start(allowed_rows, gen)
         while True:
@@ -111,8 +122,8 @@ def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: Le
             live = candidates.any(1)
             if not bool(live.any()):
                 break
-            target = greedy_targets(model, state, asked, truth, y, candidates, s.chunk_mb)
-            out.append((state.probs[live].float(), asked[live], candidates[live], target[live]))
+            target, stakes = greedy_targets(model, state, asked, truth, y, candidates, s.chunk_mb)
+            out.append((state.probs[live].float(), asked[live], candidates[live], target[live], stakes[live]))
             asked = asked | (F.one_hot(target.clamp_min(0), m).bool() & live[:, None])
     return tuple(torch.cat(parts) for parts in zip(*out))  # type: ignore[return-value]
 
@@ -120,7 +131,8 @@ def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: Le
 def fit_policy(model, batch: dict[str, Any], allowed: Tensor | None, s: LearnedPolicy.Config, seed: int = 0) -> PolicyNet:
     """``psi`` fit to imitate the greedy oracle on ``batch`` (the validation split), ``model`` frozen
     (``s``: the policy's settings: network size, rollouts, epochs, rate, batch, chunk)."""
-    probs, asked, candidates, target = collect_rollouts(model, batch, allowed, s, seed)
+    probs, asked, candidates, target, stakes = collect_rollouts(model, batch, allowed, s, seed)
+    weight = stakes if s.weighting == "stakes" else None
     torch.manual_seed(seed)  # the network's initialisation
     net = PolicyNet(probs.shape[1], s.hidden, s.layers).to(probs.device)
     opt = torch.optim.Adam(net.parameters(), lr=s.lr)
@@ -130,7 +142,10 @@ def fit_policy(model, batch: dict[str, Any], allowed: Tensor | None, s: LearnedP
             order = torch.randperm(len(target), generator=gen).to(probs.device)
             for i in range(0, len(order), s.batch_size):
                 rows = order[i : i + s.batch_size]
-                loss = imitation_loss(net, probs[rows], asked[rows], candidates[rows], target[rows])
+                loss = imitation_loss(net, probs[rows], asked[rows], candidates[rows], target[rows],
+                                      None if weight is None else weight[rows])  # fmt: skip
+                if not loss.requires_grad:  # nothing at stake in these rows
+                    continue
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

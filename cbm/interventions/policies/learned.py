@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from cbm.models.state import ConceptState
 
 SOURCES = ("auto", "model", "fit")
+WEIGHTINGS = ("stakes", "uniform")
 #: Where a model keeps the policy it trained with (an IntCEM's ``psi``).
 MODEL_ATTR = "intervention_policy"
 
@@ -53,6 +54,9 @@ class LearnedPolicy:
         layers: int = 2
         #: greedy-oracle trajectories per validation example, each from a random starting mask
         rollouts: int = 2
+        #: stakes (each step's imitation weighted by how much the oracle's choice raises log p(y): where
+        #: the model is already sure every choice is as good) | uniform (IntCEM's plain cross-entropy)
+        weighting: str = "stakes"
         epochs: int = 20
         lr: float = 3e-3
         batch_size: int = 256
@@ -62,6 +66,8 @@ class LearnedPolicy:
         def __post_init__(self) -> None:
             if self.source not in SOURCES:
                 raise ValueError(f"source must be one of {SOURCES}, got '{self.source}'")
+            if self.weighting not in WEIGHTINGS:
+                raise ValueError(f"weighting must be one of {WEIGHTINGS}, got '{self.weighting}'")
             for key in ("hidden", "layers", "rollouts", "epochs", "batch_size"):
                 if getattr(self, key) < 1:
                     raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
