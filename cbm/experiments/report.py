@@ -30,6 +30,7 @@ from cbm.experiments.common import (
     write_text_atomic,
 )
 from cbm.experiments.tables import (
+    ARCH_ORDER,
     automation_rows,
     intervention_rows,
     paired_rows,
@@ -77,8 +78,7 @@ def collect(root: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
         else:
             m["_config"] = run_config(path.parent)
             runs.append(m)
-    order = {"blackbox": 0, "cbm": 1, "cem": 2, "probcbm": 3, "ecbm": 4}
-    return sorted(runs, key=lambda r: (r.get("dataset", ""), order.get(r.get("model"), 9), r.get("seed", 0))), skipped
+    return sorted(runs, key=lambda r: (r.get("dataset", ""), ARCH_ORDER.get(r.get("model"), 9), r.get("seed", 0))), skipped
 
 
 def write_report(root: str | Path) -> str:
