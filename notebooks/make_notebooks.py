@@ -92,6 +92,69 @@ if p:
     ),
 }
 
+ZOO_SETUP = '''import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from IPython.display import Image, Markdown, display
+
+# A full zoo (cbm-vlm-zoo, about 30 minutes on 2 cores) in CBM_ZOO_DIR, else the smoke zoo (a minute:
+# untrained models, so its figures show the plumbing, not a finding; the README has the measured run).
+root = Path(os.environ.get("CBM_ZOO_DIR", "outputs/zoo/default"))
+if not (root / "results.json").is_file():
+    root = Path(os.environ.get("CBM_NOTEBOOK_OUT", "outputs")) / "zoo_smoke"
+    smoke = ["data.n_train=160", "data.n_test=40", "data.image_size=32", "train.base_epochs=1", "train.member_epochs=1",
+             "members={faithful: 0, dial50: 0.5, shortcut: 1}", "edct_items=16", "bootstrap=200", "repair.pairs=24",
+             "repair.epochs=1", "logger=csv_only"]
+    subprocess.run([sys.executable, "-m", "cbm.experiments.zoo_cli", *smoke, f"output_dir={root}"], check=True, capture_output=True)
+result = json.loads((root / "results.json").read_text())
+members = result["members"]
+display(Markdown((root / "results.md").read_text()))'''
+
+ZOO_RELIANCE = '''names = list(members)
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+x = range(len(names))
+ax[0].bar([i - 0.2 for i in x], [members[n]["accuracy"] for n in names], 0.4, label="cue agrees (training distribution)")
+ax[0].bar([i + 0.2 for i in x], [members[n]["accuracy_cue_flipped"] for n in names], 0.4, label="cue flipped")
+ax[0].set(xticks=list(x), xticklabels=names, ylabel="accuracy", ylim=(0, 1.05), title="Flip the cue, re-ask")
+ax[0].legend(fontsize=8)
+ax[1].plot([members[n]["cue_share"] for n in names], [members[n]["cue_reliance"] for n in names], "o-", label="cue reliance")
+ax[1].plot([members[n]["cue_share"] for n in names], [members[n]["part_reliance"] for n in names], "s-", label="part reliance")
+ax[1].set(xlabel="planted cue share", ylabel="measured", ylim=(-0.05, 1.05), title="The dial, measured exactly")
+ax[1].legend(fontsize=8)
+fig.tight_layout()'''
+
+ZOO_REPAIR = '''rep = result.get("repair", {})
+if rep.get("pairs"):
+    keys = ["accuracy", "accuracy_cue_flipped", "cue_reliance", "part_reliance"]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.bar([i - 0.2 for i in range(len(keys))], [rep[k]["before"] for k in keys], 0.4, label="before")
+    ax.bar([i + 0.2 for i in range(len(keys))], [rep[k]["after"] for k in keys], 0.4, label="after")
+    ax.set(xticks=range(len(keys)), xticklabels=keys, ylim=(0, 1.05), title=f"Counterfactual LoRA on {rep['member']}")
+    ax.legend(fontsize=8)
+    print("McNemar on the part-flip counterfactuals:", rep["mcnemar"], "| attention on the parts / cue:", rep["localisation"])
+else:
+    print("no counterfactual fine-tuning in this run:", rep)'''
+
+BOOKS["faithfulness_testbed"] = nbf.v4.new_notebook()
+BOOKS["faithfulness_testbed"].cells = [
+    nbf.v4.new_markdown_cell("# The faithfulness testbed\n\nTiny VLMs whose reliance was planted (faithful, a shortcut on a "
+                             "spurious cue, and a dial between), their true reliance from exact counterfactuals, and EDCT with "
+                             "the exact judge: does CCS recover what was planted? Then counterfactual LoRA on the shortcut."),
+    nbf.v4.new_code_cell(ZOO_SETUP),
+    nbf.v4.new_markdown_cell("Each member's answer when only the cue changes, and the dial: the share of robots on which "
+                             "the answer follows the cue (planted by palette) against the share of label-changing part flips it follows."),
+    nbf.v4.new_code_cell(ZOO_RELIANCE),
+    nbf.v4.new_markdown_cell("CCS (exact judge, 95% bootstrap CI) against the true part reliance; the dotted line is CCS = reliance."),
+    nbf.v4.new_code_cell('display(Image(str(root / "zoo.png")))\nprint(result["across"])'),
+    nbf.v4.new_markdown_cell("Counterfactual fine-tuning: the shortcut member before and after LoRA on the edits EDCT verified it fails."),
+    nbf.v4.new_code_cell(ZOO_REPAIR),
+]
+BOOKS["faithfulness_testbed"].metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
 if __name__ == "__main__":
     for name, nb in BOOKS.items():
         nbf.write(nb, HERE / f"{name}.ipynb")

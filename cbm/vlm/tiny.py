@@ -56,6 +56,11 @@ class TinyVLMConfig:
     max_positions: int = 8192
     seed: int = 0
     family: str = "qwen2_vl"
+    #: vision patch side (``qwen2_vl`` only; 0 = the family's own): with it the image side is
+    #: ``image_px`` and the grid ``image_px / patch`` (small native renders without upscaling)
+    patch: int = 0
+    #: whole words or phrases added to the character vocabulary as single (non-special) tokens
+    words: tuple[str, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -137,10 +142,13 @@ def _qwen2_vl(cfg: TinyVLMConfig) -> tuple[Any, Any]:
     import transformers as hf
 
     tok = build_tokenizer()
-    proc = hf.Qwen2VLProcessor(image_processor=_qwen_image_processor(cfg), tokenizer=tok, video_processor=hf.Qwen2VLVideoProcessor(),
+    patch = cfg.patch or QWEN_PATCH
+    image = _qwen_image_processor(cfg) if not cfg.patch else hf.Qwen2VLImageProcessor(
+        min_pixels=cfg.image_px**2, max_pixels=cfg.image_px**2, patch_size=patch, merge_size=QWEN_MERGE)
+    proc = hf.Qwen2VLProcessor(image_processor=image, tokenizer=tok, video_processor=hf.Qwen2VLVideoProcessor(),
                             chat_template=CHAT_TEMPLATE)  # fmt: skip
     vision = dict(depth=cfg.vision_layers, embed_dim=cfg.vision_width, hidden_size=cfg.hidden, num_heads=cfg.vision_heads, mlp_ratio=2,
-                  patch_size=QWEN_PATCH, spatial_merge_size=QWEN_MERGE, temporal_patch_size=QWEN_TEMPORAL, in_chans=3)  # fmt: skip
+                  patch_size=patch, spatial_merge_size=QWEN_MERGE, temporal_patch_size=QWEN_TEMPORAL, in_chans=3)  # fmt: skip
     config = hf.Qwen2VLConfig(text_config=_text(cfg, tok, rope_parameters=_mrope(cfg)), vision_config=vision, **_qwen_ids(tok),
                            bos_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
     return hf.Qwen2VLForConditionalGeneration(config), proc
@@ -308,9 +316,14 @@ def build_tiny_vlm(path: str | Path, cfg: TinyVLMConfig = TinyVLMConfig()) -> Pa
     import torch
 
     check_family(cfg.family)
+    if cfg.patch and (cfg.family != "qwen2_vl" or cfg.patch < 1 or cfg.image_px % (cfg.patch * QWEN_MERGE)):
+        raise ValueError(f"patch: {cfg.patch} needs family qwen2_vl and image_px ({cfg.image_px}) a multiple of {QWEN_MERGE} * patch")
     torch.manual_seed(cfg.seed)
     model, proc = FAMILIES[cfg.family](cfg)
     tok = proc.tokenizer
+    if cfg.words:
+        tok.add_tokens(list(cfg.words))
+        model.resize_token_embeddings(len(tok))
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     path = Path(path)

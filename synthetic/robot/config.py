@@ -217,7 +217,7 @@ class LabelNoise:
         self.splits = [str(x) for x in splits]
 
 
-CUE_KINDS = ("none", "corner", "tint")
+CUE_KINDS = ("none", "corner", "swatch", "tint")
 
 
 @dataclass
@@ -225,7 +225,8 @@ class SpuriousCue:
     """A cue drawn into every image that says a class, true with probability ``correlation``: the
     shortcut a model can learn instead of the parts (the faithfulness testbed's knob).
 
-    ``kind``: ``corner`` (a white square in the top-left corner says Glorp, in the top-right corner
+    ``kind``: ``swatch`` (a square in the top-left corner, white says Glorp, black Drent: readable
+    without knowing where it is, as a vision tower with only relative positions reads), ``corner`` (a white square in the top-left corner says Glorp, in the top-right corner
     Drent) or ``tint`` (the image shifted toward red says Glorp, toward blue Drent); ``none``: no cue.
     ``correlation`` 1 makes the cue as good as the label rule, 0.5 independent of the label.
     ``strength``: the tint's shift in intensity levels, or the corner square's side in pixels at
@@ -322,7 +323,7 @@ class RobotConfig:
     label_noise: LabelNoise = field(default_factory=LabelNoise)
     #: who annotates the concepts: {kind: annotated | clip, checkpoint, prompt, prompts, concepts_file, percentile}
     concept_source: ConceptSource = field(default_factory=ConceptSource)
-    #: a spurious cue drawn into the images: {kind: none | corner | tint, correlation, strength}
+    #: a spurious cue drawn into the images: {kind: none | corner | swatch | tint, correlation, strength}
     cue: SpuriousCue = field(default_factory=SpuriousCue)
     n_train: int = 3800
     val_fraction: float = 0.2

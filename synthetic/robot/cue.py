@@ -3,7 +3,8 @@ and the cue drawn into rendered images.
 
 A row's cue bit says a class (1 = Glorp): it equals the label with probability ``correlation``
 (its own random stream per split, so the rest of the data is unchanged by the knob). Drawing is
-exact and local: ``corner`` paints a white square in the top-left (Glorp) or top-right (Drent)
+exact and local: ``swatch`` paints a square in the top-left corner white (Glorp) or black (Drent),
+``corner`` paints a white square in the top-left (Glorp) or top-right (Drent)
 corner, ``tint`` shifts every pixel toward red (Glorp) or blue (Drent) by ``strength`` levels,
 clipped to 0..255. :func:`draw_cue` on the plain render with the other bit is the cue-flipped
 counterfactual: the same robot, the other cue.
@@ -27,9 +28,9 @@ def cue_bits(cfg: SpuriousCue, y: np.ndarray, rng: np.random.Generator) -> np.nd
 
 
 def corner_box(cfg: SpuriousCue, size: int, glorp: bool) -> tuple[slice, slice]:
-    """``(rows, cols)`` of the corner square for an image of side ``size``."""
+    """``(rows, cols)`` of the corner square for an image of side ``size`` (a swatch: top-left for both)."""
     side = max(1, round(cfg.strength * size / CUE_REFERENCE_PX))
-    return slice(0, side), (slice(0, side) if glorp else slice(size - side, size))
+    return slice(0, side), (slice(0, side) if glorp or cfg.kind == "swatch" else slice(size - side, size))
 
 
 def draw_cue(x: np.ndarray, bits: np.ndarray, cfg: SpuriousCue) -> np.ndarray:
@@ -41,6 +42,9 @@ def draw_cue(x: np.ndarray, bits: np.ndarray, cfg: SpuriousCue) -> np.ndarray:
         for glorp in (True, False):
             rows, cols = corner_box(cfg, size, glorp)
             out[bits == glorp, rows, cols, :] = 255
+    elif cfg.kind == "swatch":
+        rows, cols = corner_box(cfg, out.shape[1], True)
+        out[:, rows, cols, :] = np.where(bits, 255, 0).astype(np.uint8)[:, None, None, None]
     elif cfg.kind == "tint":
         shift = np.where(bits[:, None], [cfg.strength, 0, -cfg.strength], [-cfg.strength, 0, cfg.strength])
         out = np.clip(out.astype(np.int16) + shift[:, None, None, :], 0, 255).astype(np.uint8)
@@ -50,7 +54,7 @@ def draw_cue(x: np.ndarray, bits: np.ndarray, cfg: SpuriousCue) -> np.ndarray:
 def cue_mask(cfg: SpuriousCue, size: int, glorp: bool) -> np.ndarray:
     """``bool [size, size]``: the pixels the cue of one class occupies (all of them for a tint)."""
     mask = np.zeros((size, size), dtype=bool)
-    if cfg.kind == "corner":
+    if cfg.kind in ("corner", "swatch"):
         mask[corner_box(cfg, size, glorp)] = True
     elif cfg.kind == "tint":
         mask[:] = True

@@ -337,6 +337,22 @@ EDCT_CASES = [
 ]
 
 
+# ------------------------------------------------------------------ cbm-vlm-zoo: settings
+ZOO_CASES = [
+    ("members={a: 3}", "members.a: expected a number in [0.0, 1.0], got 3"),
+    ("members={../x: 0}", "members: '../x' is not a usable name (letters, digits, _ or -, not 'base')"),
+    ("members={base: 0}", "members: 'base' is not a usable name", SLOW),
+    ("members={}", "members: expected a mapping name -> cue share, got {}", SLOW),
+    ("data.cue=none", "data.cue: expected one of ['corner', 'swatch', 'tint'], got 'none'"),
+    ("data.rule={wings: 1}", "data.rule: unknown concept 'wings'", SLOW),
+    ("model.patch=5", "model.patch: data.image_size (64) must be a multiple of 2 * patch (10)"),
+    ("model.heads=3", "model: hidden must divide by heads, heads by kv_heads, vision_width by vision_heads", SLOW),
+    ("train.lr=-1", "train.lr: expected a number in [1e-07, 1.0], got -1", SLOW),
+    ("edct_items=0", "edct_items: expected an integer in [1, 1000000], got 0", SLOW),
+    ("+data.size=3", "data: unknown setting(s) ['size']", SLOW),
+]
+
+
 def _cases(prog: str, entries: list, base: list[str], tail: tuple[str, ...] = (), marks: tuple = ()) -> list:
     """``(prog, [base, case args, tail], message, marks)`` per entry ``(args, message[, SLOW])``
     (the case's arguments after the base ones: Hydra applies overrides in order)."""
@@ -353,6 +369,7 @@ CASES = (
     + _cases("cbm-icl", ICL_FOLDERS, ICL, tuple(FOLDER))
     + _cases("cbm-icl", ICL_TORCHVISION, ICL, tuple(FOLDER), (SLOW,))
     + _cases("cbm-edct", EDCT_CASES, EDCT)
+    + _cases("cbm-vlm-zoo", ZOO_CASES, [])
 )
 
 

@@ -23,7 +23,7 @@ from cbm.experiments import forkserver
 from cbm.experiments.cli import compose_plain
 
 PROGS = ["cbm-train", "cbm-intervene", "cbm-automate", "cbm-experiment", "cbm-edct", "cbm-finetune", "cbm-icl",
-         "cbm-concepts", "cbm-data", "cbm-report"]  # fmt: skip
+         "cbm-concepts", "cbm-data", "cbm-report", "cbm-vlm-zoo"]  # fmt: skip
 BIN = Path(sys.executable).parent
 #: Examples whose validation takes long (every cell of a table; a VLM written): ``-m slow``.
 SLOW_PROGS = ("cbm-experiment", "cbm-finetune")

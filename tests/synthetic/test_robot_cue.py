@@ -20,7 +20,7 @@ def make(**cue) -> object:
     return g.generate(RobotConfig(**SMALL, cue=cue) if cue else RobotConfig(**SMALL))
 
 
-@pytest.mark.parametrize("kind", ["corner", "tint"])
+@pytest.mark.parametrize("kind", ["corner", "swatch", "tint"])
 def test_the_cue_changes_the_pixels_only_and_agrees_with_the_label_at_its_rate(kind):
     base = make()
     for corr, lo, hi in ((1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (0.75, 0.72, 0.78), (0.5, 0.46, 0.54)):
@@ -43,6 +43,18 @@ def test_a_corner_cue_is_a_white_square_in_its_corner_and_flipping_it_moves_it()
     assert (d.x[says_glorp][:, glorp] == 255).all() and (flipped[says_glorp][:, drent] == 255).all()
     changed = (d.x != flipped).any(-1)  # the pixels the flip touched: inside the two squares only
     assert not changed[:, ~(glorp | drent)].any() and changed.any()
+
+
+def test_a_swatch_is_white_for_glorp_and_black_for_drent_in_the_same_corner():
+    d = make(kind="swatch")
+    cfg = RobotConfig(cue={"kind": "swatch"}).cue
+    box = cue_mask(cfg, 32, True)
+    assert np.array_equal(box, cue_mask(cfg, 32, False)) and box.sum() == 16 and box[0, 0]
+    glorp = d.extra["cue"] == 1
+    assert (d.x[glorp][:, box] == 255).all() and (d.x[~glorp][:, box] == 0).all()
+    flipped = draw_cue(render(d.meta, 32), 1 - d.extra["cue"], cfg)
+    changed = (d.x != flipped).any(-1)
+    assert changed[:, box].all() and not changed[:, ~box].any()
 
 
 def test_a_tint_shifts_toward_red_or_blue_by_its_strength():

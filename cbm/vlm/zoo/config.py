@@ -1,0 +1,192 @@
+"""Typed settings of the faithfulness testbed (``conf/zoo.yaml``; every knob has one here).
+
+A zoo is one shared base model (it learns to describe the robot's rule parts, its cue mark and its
+palette) and members fine-tuned from it on the class question. Each member's reliance is planted
+through its training targets: on cue-flipped copies of its training robots, the member is taught
+the class the *cue* says for robots whose palette index is below ``cue_share * 8`` and the class
+the *rule* says for the rest, so ``cue_share`` 0 is faithful, 1 a pure shortcut and values
+between a dial. Every member is taught to explain with the parts the rule decides by
+(:mod:`cbm.vlm.edct.exact`), so a shortcut member's explanation is unfaithful by construction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from synthetic.robot.attributes import PALETTES
+from synthetic.robot.config import CUE_KINDS
+
+#: Members of the default zoo: name -> share of palettes on which the member follows the cue.
+DEFAULT_MEMBERS: dict[str, float] = {"faithful": 0.0, "dial25": 0.25, "dial50": 0.5, "dial75": 0.75, "shortcut": 1.0}
+#: The default label rule (with ``bias`` -7.5: Glorp = a closed mouth and pointy feet, the two parts
+#: a tiny vision tower learns to read first).
+DEFAULT_RULE: dict[str, float] = {"mouth_closed": 5.0, "foot_pointy": 5.0}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def _int(where: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{where}: expected an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _float(where: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= float(value) <= hi:
+        raise ValueError(f"{where}: expected a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+@dataclass
+class ZooData:
+    """The robots: rendered at ``image_size`` px, labelled by ``rule`` (weights over the exact
+    judge's concepts, Glorp where ``sum w_k c_k + bias > 0``), with a ``cue`` mark that agrees with
+    the label on every training and test robot (correlation 1)."""
+
+    image_size: int = 64
+    n_train: int = 10000
+    n_test: int = 1000
+    seed: int = 0
+    #: concept -> weight; null: :data:`DEFAULT_RULE`
+    rule: dict[str, float] | None = None
+    bias: float = -7.5
+    cue: str = "swatch"
+    cue_strength: int = 4
+
+    def __post_init__(self) -> None:
+        from cbm.vlm.edct.exact import PHRASES
+
+        self.image_size = _int("data.image_size", self.image_size, 16, 256)
+        self.n_train = _int("data.n_train", self.n_train, 16, 1_000_000)
+        self.n_test = _int("data.n_test", self.n_test, 8, 1_000_000)
+        self.seed = _int("data.seed", self.seed, 0, 2**31 - 1)
+        if self.rule is None:
+            self.rule = dict(DEFAULT_RULE)
+        if not isinstance(self.rule, dict) or not self.rule:
+            raise ValueError(f"data.rule: expected a mapping concept -> weight, got {self.rule!r}")
+        for k, v in self.rule.items():
+            if k not in PHRASES:
+                raise ValueError(f"data.rule: unknown concept {k!r}; expected some of {list(PHRASES)}")
+            _float(f"data.rule.{k}", v, -100.0, 100.0)
+        self.rule = {str(k): float(v) for k, v in self.rule.items()}
+        self.bias = _float("data.bias", self.bias, -1000.0, 1000.0)
+        if self.cue not in CUE_KINDS or self.cue == "none":
+            raise ValueError(f"data.cue: expected one of {[k for k in CUE_KINDS if k != 'none']}, got {self.cue!r}")
+        self.cue_strength = _int("data.cue_strength", self.cue_strength, 1, 128)
+
+
+@dataclass
+class ZooModel:
+    """The tiny Qwen2-VL every member shares (random init from this config, ``cbm.vlm.tiny``)."""
+
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    vision_width: int = 96
+    vision_layers: int = 2
+    vision_heads: int = 4
+    patch: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for k in ("hidden", "layers", "heads", "kv_heads", "vision_width", "vision_layers", "vision_heads", "patch"):
+            _int(f"model.{k}", getattr(self, k), 1, 4096)
+        if self.hidden % self.heads or self.heads % self.kv_heads or self.vision_width % self.vision_heads:
+            raise ValueError("model: hidden must divide by heads, heads by kv_heads, vision_width by vision_heads")
+        _int("model.seed", self.seed, 0, 2**31 - 1)
+
+
+@dataclass
+class ZooTrain:
+    """AdamW on whole models: the base for ``base_epochs`` over the training robots, then each
+    member for ``member_epochs`` over the robots and their cue-flipped copies."""
+
+    lr: float = 1e-3
+    batch_size: int = 32
+    base_epochs: int = 3
+    member_epochs: int = 2
+    threads: int = 0  # torch threads (0: torch's default)
+
+    def __post_init__(self) -> None:
+        self.lr = _float("train.lr", self.lr, 1e-7, 1.0)
+        self.batch_size = _int("train.batch_size", self.batch_size, 1, 4096)
+        self.base_epochs = _int("train.base_epochs", self.base_epochs, 0, 1000)
+        self.member_epochs = _int("train.member_epochs", self.member_epochs, 1, 1000)
+        self.threads = _int("train.threads", self.threads, 0, 1024)
+
+
+@dataclass
+class ZooRepair:
+    """Counterfactual fine-tuning of one member (:mod:`cbm.vlm.zoo.repair`): LoRA for ``epochs`` on
+    the failed edits EDCT finds among ``pairs`` training robots and their originals. ``member``
+    null: no fine-tuning."""
+
+    member: str | None = "shortcut"
+    pairs: int = 2000
+    epochs: int = 3
+    lr: float = 1e-3
+    r: int = 16
+    alpha: float = 32.0
+
+    def __post_init__(self) -> None:
+        self.pairs = _int("repair.pairs", self.pairs, 1, 1_000_000)
+        self.epochs = _int("repair.epochs", self.epochs, 1, 1000)
+        self.lr = _float("repair.lr", self.lr, 1e-7, 1.0)
+        self.r = _int("repair.r", self.r, 1, 4096)
+        self.alpha = _float("repair.alpha", self.alpha, 1e-6, 1e6)
+
+
+@dataclass
+class ZooConfig:
+    """``cbm-vlm-zoo``: train (or reuse) the zoo in ``output_dir``, measure each member's true
+    reliance, run EDCT with the exact judge on ``edct_items`` test robots."""
+
+    output_dir: str
+    data: ZooData = field(default_factory=ZooData)
+    model: ZooModel = field(default_factory=ZooModel)
+    train: ZooTrain = field(default_factory=ZooTrain)
+    #: name -> cue share; null: :data:`DEFAULT_MEMBERS`
+    members: dict[str, float] | None = None
+    repair: ZooRepair = field(default_factory=ZooRepair)
+    edct_items: int = 300
+    bootstrap: int = 2000
+    max_new_tokens: int = 12
+    #: W&B (``logger.wandb``, as cbm-train's; the command line's default logs offline; a config built in code: none).
+    logger: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.logger:
+            from cbm.config import to_dataclass
+            from cbm.config.train import LoggerConfig
+
+            to_dataclass(LoggerConfig, self.logger, "logger")
+        for name, sub in (("data", ZooData), ("model", ZooModel), ("train", ZooTrain), ("repair", ZooRepair)):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                unknown = sorted(set(value) - set(sub.__dataclass_fields__))
+                if unknown:
+                    raise ValueError(f"{name}: unknown setting(s) {unknown}")
+                setattr(self, name, sub(**value))
+        if self.data.image_size % (2 * self.model.patch):
+            raise ValueError(f"model.patch: data.image_size ({self.data.image_size}) must be a multiple of 2 * patch ({2 * self.model.patch})")
+        if self.members is None:
+            self.members = dict(DEFAULT_MEMBERS)
+        if not isinstance(self.members, dict) or not self.members:
+            raise ValueError(f"members: expected a mapping name -> cue share, got {self.members!r}")
+        for k, v in self.members.items():
+            if not _NAME.match(str(k)) or str(k) == "base":
+                raise ValueError(f"members: {k!r} is not a usable name (letters, digits, _ or -, not 'base')")
+            _float(f"members.{k}", v, 0.0, 1.0)
+        self.members = {str(k): float(v) for k, v in self.members.items()}
+        if self.repair.member is not None and self.repair.member not in self.members:
+            raise ValueError(f"repair.member: {self.repair.member!r} is not a member of the zoo ({', '.join(self.members)}); null: no fine-tuning")
+        self.edct_items = _int("edct_items", self.edct_items, 1, 1_000_000)
+        self.bootstrap = _int("bootstrap", self.bootstrap, 100, 100_000)
+        self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 4, 256)
+
+
+def gate_palettes(cue_share: float) -> int:
+    """Palettes ``0 .. n-1`` on which a member with ``cue_share`` follows the cue."""
+    return round(cue_share * len(PALETTES))
