@@ -130,9 +130,13 @@ def test_scripted_run_gives_the_ground_truth_ccs(tmp_path, httpserver):
         assert row["ccs"].value == pytest.approx(np.mean([f[k] for f in flips])) and row["ef"].value == 1.0
     steps = [st for r in records for st in r["steps"]]
     assert all(st["verify"]["in_ratio"] >= 0 for st in steps) and all(st["changed"]["part"] == c for st, c in zip(steps, CHAIN * 8))
+    # the exact judge beside it: this oracle VLM's answers are the rule's labels (AC 1 on every step), but
+    # "its feet and its mouth" states no part's value (EF 0): the exact CCS is 0 where the LLM judge gave EF 'yes'
+    assert s["ac_exact"].value == 1.0 and s["ef_exact"].value == 0.0 and s["ccs_exact"].value == 0.0 and s["ccs_exact"].n == 8
+    assert s["judge_vs_exact"].value == 0.0 and s["judge_vs_exact"].n == 16
     d = tmp_path / "run"
     md = (d / "results.md").read_text()
-    assert "CCS [95% CI]" in md and "| 8 / 8 | 16 |" in md
+    assert "CCS [95% CI]" in md and "| 8 / 8 | 16 |" in md and "CCS, exact judge*" in md and "Cohen's kappa, judge vs exact" in md
     res = json.loads((d / "results.json").read_text())
     assert res["scores"]["ccs"]["value"] == pytest.approx(s["ccs"].value) and res["parse_errors"] == {}
     assert (d / "items" / "robot-test-00000" / "step2.png").is_file() and (d / "items" / "robot-test-00000" / "step2_mask.png").is_file()

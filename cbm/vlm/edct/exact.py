@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -160,3 +161,44 @@ def exact_verdict(edited_row: np.ndarray, cfg: RobotConfig, reply: str) -> Verdi
     values = literal_values(edited_row)
     stale = tuple(c for c, v in cited if values[c] != v)
     return Verdict(ac=int(answer == expected), ef=int(bool(cited) and not stale), expected=expected, answer=answer, stale=stale)
+
+
+def _reply_text(step: dict[str, Any]) -> str:
+    requery = step.get("requery") or {}
+    return f"{requery.get('answer') or ''}. {requery.get('explanation') or ''}"
+
+
+def exact_summary(records: Sequence[dict[str, Any]], cfg: RobotConfig, n_resamples: int = 2000, confidence: float = 0.95,
+                  seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The exact judge beside an EDCT run's LLM judge, on every scored step of a robot run (each
+    carries its edited robot's attribute row): ``ccs_exact`` (mean over items of each chain's mean
+    AC x EF, bootstrap CI), ``ac_exact`` / ``ef_exact`` (rates over steps), and the LLM judge scored
+    against it: ``judge_vs_exact`` (AC and EF both agree, Wilson), ``kappa_exact_ac`` /
+    ``kappa_exact_ef``. Empty when no step carries a row (Sudoku, photographs)."""
+    from cbm.vlm.edct.metrics import bootstrap_mean, cohens_kappa, exclusion, step_ok, wilson
+
+    per_item: list[float] = []
+    pairs: list[tuple[int, int, bool, bool]] = []
+    for record in records:
+        if exclusion(record) is not None:
+            continue
+        scored = []
+        for step in record.get("steps", []):
+            if not step_ok(step) or step.get("meta_row") is None:
+                continue
+            v = exact_verdict(np.asarray(step["meta_row"], dtype=np.int64), cfg, _reply_text(step))
+            scored.append(v.ccs)
+            pairs.append((v.ac, v.ef, bool(step["judge"]["ac"]), bool(step["judge"]["ef"])))
+        if scored:
+            per_item.append(float(np.mean(scored)))
+    if not pairs:
+        return {}
+    ac, ef, jac, jef = (list(col) for col in zip(*pairs))
+    return {
+        "ccs_exact": bootstrap_mean(per_item, n_resamples, confidence, seed),
+        "ac_exact": wilson(sum(ac), len(ac), confidence),
+        "ef_exact": wilson(sum(ef), len(ef), confidence),
+        "judge_vs_exact": wilson(sum(bool(a) == b and bool(e) == f for a, e, b, f in pairs), len(pairs), confidence),
+        "kappa_exact_ac": cohens_kappa([bool(a) for a in ac], jac),
+        "kappa_exact_ef": cohens_kappa([bool(e) for e in ef], jef),
+    }

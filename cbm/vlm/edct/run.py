@@ -30,6 +30,7 @@ TABLE = [
     ("ccs_judges_mean", "CCS, judges averaged"), ("ccs_judges_both", "CCS, both judges"),
     ("pcs", "PCS*"), ("ncc", "NCC*"), ("ccs_known_change", "CCS, edit flips the true label*"), ("ccs_known_no_change", "CCS, label kept*"),
     ("answer_follows_truth", "answer follows truth*"), ("judge_agreement", "judge vs judge2"),
+    ("ccs_exact", "CCS, exact judge*"), ("judge_vs_exact", "judge vs exact judge*"),
 ]  # fmt: skip
 
 
@@ -142,6 +143,12 @@ def run(cfg: EDCTConfig, http_client: Any | None = None) -> dict[str, Any]:
     records = pipe.run(items, options)
     b = cfg.bootstrap
     summary = summarise(records, b.n_resamples, b.confidence, b.seed)
+    from synthetic.robot.config import RobotConfig
+
+    if isinstance(getattr(editor, "cfg", None), RobotConfig):  # the exact judge beside the LLM judge (the edited robots' rows are known)
+        from cbm.vlm.edct.exact import exact_summary
+
+        summary.update(exact_summary(records, editor.cfg, b.n_resamples, b.confidence, b.seed))
     verified = [s["verify"]["passed"] for r in records for s in r.get("steps", []) if "verify" in s]
     result = {
         "vlm": clients.vlm.model, "llm": clients.llm.model, "judge": clients.judge.model,
@@ -193,6 +200,10 @@ def table_md(model: str, summary: dict[str, Any], result: dict[str, Any]) -> str
         lines.append("")
     if "kappa_ac" in summary:
         lines.append(f"Cohen's kappa, judge vs judge2: AC {summary['kappa_ac']:.3f}, EF {summary['kappa_ef']:.3f}")
+    if "kappa_exact_ac" in summary:
+        lines.append(f"exact judge (robots: AC from the label rule, EF from the edited parts): AC {summary['ac_exact'].fmt()}, "
+                     f"EF {summary['ef_exact'].fmt()}; Cohen's kappa, judge vs exact: AC {summary['kappa_exact_ac']:.3f}, "
+                     f"EF {summary['kappa_exact_ef']:.3f}")  # fmt: skip
     if result.get("verifier_pass_rate") is not None:
         lines.append(f"verifier pass rate (edits with a mask): {result['verifier_pass_rate']:.3f}")
     for role, u in result["usage"].items():

@@ -45,7 +45,7 @@ class ZooData:
     the label on every training and test robot (correlation 1)."""
 
     image_size: int = 64
-    n_train: int = 10000
+    n_train: int = 8000
     n_test: int = 1000
     seed: int = 0
     #: concept -> weight; null: :data:`DEFAULT_RULE`

@@ -31,10 +31,19 @@ def build(path: str | Path, model: ZooModel, data: ZooData, words: Sequence[str]
     return build_tiny_vlm(path, cfg)
 
 
+def quiet_hub() -> None:
+    """No transformers progress bars (weights loading, shards written) where none is wanted."""
+    import transformers as hf
+
+    if not progress_bar_wanted(None):
+        hf.utils.logging.disable_progress_bar()
+
+
 def load(path: str | Path) -> tuple[Any, Any]:
     """``(model, processor)`` from a saved directory (eager attention: localisation reads it)."""
     import transformers as hf
 
+    quiet_hub()
     model = hf.Qwen2VLForConditionalGeneration.from_pretrained(path, attn_implementation="eager")
     return model, hf.AutoProcessor.from_pretrained(path)
 
