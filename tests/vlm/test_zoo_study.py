@@ -71,3 +71,17 @@ def test_repair_tunes_a_lora_adapter_on_the_verified_pairs(tmp_path):
             assert torch.equal(p, before[n.replace(".base_layer", "")]), n
     tuned.save_pretrained(tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_config.json").exists()
+    # before / after: every figure measured on both, McNemar on the paired part-flip counterfactuals
+    from cbm.vlm.finetune.evaluate import mcnemar
+    from cbm.vlm.zoo.repair import compare, evaluate
+
+    after = evaluate(tuned, enc, robots, 8, 6, 200, 0)
+    with tuned.disable_adapter():
+        before = evaluate(tuned, enc, robots, 8, 6, 200, 0)
+    out = compare(before, after)
+    assert len(before["right_on_flips"]) == len(after["right_on_flips"]) == before["part_flips"] > 0
+    assert out["mcnemar"] == mcnemar(list(before["right_on_flips"]), list(after["right_on_flips"]))
+    for when in ("before", "after"):
+        loc = out["localisation"][when]
+        assert 0 < loc["parts"] < 1 and 0 <= loc["cue"] < 1
+        assert out["cue_reliance"][when] == (before if when == "before" else after)["cue_reliance"]
