@@ -108,6 +108,8 @@ def test_unreadable_replies_are_counted_by_reason_never_scored(robots):
     ({"members": {"base": 0.5}}, "members: 'base' is not a usable name"),
     ({"members": {"a": 1.5}}, "members.a: expected a number in [0.0, 1.0]"),
     ({"train": {"lr": 0}}, "train.lr: expected a number"),
+    ({"train": {"schedule": "linear"}}, "train.schedule: expected one of ['constant', 'cosine']"),
+    ({"repair": {"member": "dial"}}, "repair.member: 'dial' is not a member of the zoo"),
     ({"model": {"hidden": 100, "heads": 3}}, "model: hidden must divide by heads"),
     ({"data": {"image_sz": 3}}, "data: unknown setting(s) ['image_sz']"),
 ])  # fmt: skip

@@ -23,6 +23,7 @@ DEFAULT_MEMBERS: dict[str, float] = {"faithful": 0.0, "dial25": 0.25, "dial50": 
 #: The default label rule (with ``bias`` -7.5: Glorp = a closed mouth and pointy feet, the two parts
 #: a tiny vision tower learns to read first).
 DEFAULT_RULE: dict[str, float] = {"mouth_closed": 5.0, "foot_pointy": 5.0}
+SCHEDULES = ("constant", "cosine")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
@@ -106,10 +107,14 @@ class ZooTrain:
     lr: float = 1e-3
     batch_size: int = 32
     base_epochs: int = 3
-    member_epochs: int = 2
+    member_epochs: int = 3
     threads: int = 0  # torch threads (0: torch's default)
+    #: ``constant`` learning rate, or ``cosine``: decayed to 0 along a half cosine over each model's steps
+    schedule: str = "constant"
 
     def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"train.schedule: expected one of {list(SCHEDULES)}, got {self.schedule!r}")
         self.lr = _float("train.lr", self.lr, 1e-7, 1.0)
         self.batch_size = _int("train.batch_size", self.batch_size, 1, 4096)
         self.base_epochs = _int("train.base_epochs", self.base_epochs, 0, 1000)

@@ -121,26 +121,32 @@ def _batches(n: int, size: int, rng: np.random.Generator) -> Iterator[np.ndarray
 
 
 def fit(model: Any, enc: Encoder, prompt: tuple[torch.Tensor, torch.Tensor], pixels: tuple[torch.Tensor, torch.Tensor],
-        answers: Sequence[torch.Tensor], epochs: int, lr: float, batch_size: int, seed: int, desc: str) -> list[float]:  # fmt: skip
-    """Teacher-forced AdamW over every row for ``epochs``; the mean loss of each epoch."""
+        answers: Sequence[torch.Tensor], epochs: int, lr: float, batch_size: int, seed: int, desc: str,
+        schedule: str = "constant") -> list[float]:  # fmt: skip
+    """Teacher-forced AdamW over every row for ``epochs`` at ``lr`` (``constant``) or decayed to 0
+    along a half cosine (``cosine``); the mean loss of each epoch."""
     from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     model.train()
     losses = []
     steps = -(-len(answers) // batch_size)
+    total = max(1, steps * epochs)
+    decay = (lambda i: 0.5 * (1.0 + np.cos(np.pi * min(i, total) / total))) if schedule == "cosine" else (lambda i: 1.0)  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)
     for ep in range(epochs):
-        total = 0.0
+        running = 0.0
         for idx in tqdm(_batches(len(answers), batch_size, rng), total=steps, desc=f"{desc} epoch {ep + 1}/{epochs}",
                         disable=not progress_bar_wanted(None), leave=False):  # fmt: skip
             loss = model(**enc.batch(prompt, pixels, idx, answers)).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss.detach()) * len(idx)
-        losses.append(total / len(answers))
+            sched.step()
+            running += float(loss.detach()) * len(idx)
+        losses.append(running / len(answers))
     model.eval()
     return losses
 

@@ -97,7 +97,7 @@ def figure(rows: dict[str, dict[str, Any]], path: Path) -> None:
         ax.errorbar(r["part_reliance"], c["value"], yerr=err, fmt="o", capsize=3)
         ax.annotate(name, (r["part_reliance"], c["value"]), textcoords="offset points", xytext=(5, 5), fontsize=8)
     ax.plot([0, 1], [0, 1], ":", color="grey", lw=1)
-    ax.set(xlabel="true part reliance (answer follows a label-changing part flip)", ylabel="CCS (exact judge)", xlim=(-0.05, 1.05), ylim=(-0.05, 1.05),
+    ax.set(xlabel="true part reliance (answer follows a label-changing part flip)", ylabel="CCS (exact judge)", xlim=(-0.05, 1.18), ylim=(-0.05, 1.05),
            title="Does CCS recover the planted reliance?")  # fmt: skip
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")

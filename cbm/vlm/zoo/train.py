@@ -49,6 +49,11 @@ def _save(model: Any, proc: Any, path: Path, stamp: dict[str, Any]) -> None:
     tmp.rename(path)
 
 
+def _schedule(cfg: ZooConfig) -> dict[str, str]:
+    """The schedule's part of a digest (absent for ``constant``: models trained before the knob keep their digests)."""
+    return {} if cfg.train.schedule == "constant" else {"schedule": cfg.train.schedule}
+
+
 def member_targets(robots: Robots, texts: Texts, cue_share: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``(robot index, cue bit, answer text)`` of a member's training rows: every training robot
     with the cue that agrees with its label, then again with the other cue; on a cue-flipped copy
@@ -73,7 +78,7 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
     robots = make_robots(cfg.data)
     texts = Texts(list(cfg.data.rule))
     base_digest = _digest({"data": asdict(cfg.data), "model": asdict(cfg.model), "lr": cfg.train.lr, "batch_size": cfg.train.batch_size,
-                           "epochs": cfg.train.base_epochs})  # fmt: skip
+                           "epochs": cfg.train.base_epochs, **_schedule(cfg)})  # fmt: skip
     paths = {"base": root / "base"}
     cache: dict[str, Any] = {}
 
@@ -92,12 +97,13 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
         pixels = train_pixels(enc, y, "orig")
         answers = enc.answers([texts.description(robots.meta[i], c) for i, c in zip(robots.train, y)])
         prompt = enc.prompt(DESCRIBE, robots.plain[0])
-        losses = zm.fit(model, enc, prompt, pixels, answers, cfg.train.base_epochs, cfg.train.lr, cfg.train.batch_size, cfg.model.seed, "base")
+        losses = zm.fit(model, enc, prompt, pixels, answers, cfg.train.base_epochs, cfg.train.lr, cfg.train.batch_size, cfg.model.seed, "base",
+                        cfg.train.schedule)  # fmt: skip
         _save(model, proc, paths["base"], {"digest": base_digest, "losses": losses, "seconds": round(time.time() - t, 1)})
         say(f"base: {cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")
     for name, share in cfg.members.items():
         digest = _digest({"base": base_digest, "share": share, "epochs": cfg.train.member_epochs, "lr": cfg.train.lr,
-                          "batch_size": cfg.train.batch_size})  # fmt: skip
+                          "batch_size": cfg.train.batch_size, **_schedule(cfg)})  # fmt: skip
         paths[name] = root / name
         if _done(paths[name], digest):
             continue
@@ -110,7 +116,7 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
         pixels = (torch.cat([po[0], pf[0]]), torch.cat([po[1], pf[1]]))
         prompt = enc.prompt(CLASS_QUESTION, robots.plain[0])
         losses = zm.fit(model, enc, prompt, pixels, enc.answers(texts_), cfg.train.member_epochs, cfg.train.lr, cfg.train.batch_size,
-                        cfg.model.seed + 1, name)  # fmt: skip
+                        cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
         _save(model, proc, paths[name], {"digest": digest, "cue_share": share, "losses": losses, "seconds": round(time.time() - t, 1)})
         say(f"{name} (cue share {share:g}): {cfg.train.member_epochs} epochs, loss {losses[-1]:.4f} ({time.time() - t:.0f} s)")
     return paths
