@@ -70,7 +70,7 @@ TRAIN = [
     ("data.concept_noise={nope: 0.1}", "unknown concept(s) ['nope']"),
     ("data.occlude=[wings]", "occlude"),
     ("data.seed=-1", "RobotConfig.seed: must be >= 0"),
-    ("data.cue.kind=stripes", "RobotConfig.cue.kind: must be one of ['none', 'corner', 'tint'], got 'stripes'"),
+    ("data.cue.kind=stripes", "RobotConfig.cue.kind: must be one of ['none', 'corner', 'swatch', 'tint'], got 'stripes'"),
     ("data.cue.correlation=1.5", "RobotConfig.cue.correlation: must be in [0.0, 1.0], got 1.5"),
     ("data.cue.strength=0", "RobotConfig.cue.strength: must be in [1, 128], got 0"),
     ("model.training=magic", "model.training must be one of"),
