@@ -443,7 +443,10 @@ def test_the_busy_check_before_hydra_lets_other_ranks_in(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
-    parent = spawned(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a cell that cannot finish before the signal (50 epochs of 240 rows could, on a loaded machine)
+    (preset / "experiment" / "long.yaml").write_text(PRESET.replace("name: tiny", "name: long").replace(f"max_epochs={EPOCHS}", "max_epochs=100000"))
+    cmd = [a.replace("+experiment=tiny", "+experiment=long") for a in experiment_cmd(preset, out, shared_cache)]
+    parent = spawned(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
     spawned.track(int(info["pid"]))
     parent.send_signal(signal.SIGINT)
