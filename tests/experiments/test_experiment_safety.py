@@ -449,6 +449,8 @@ def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_ca
     parent = spawned(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
     spawned.track(int(info["pid"]))
+    # signalled once the cell trains (a Ctrl-C in the instant a cell is being started can be lost: open)
+    wait_for(lambda: (cell_dir(out) / "csv" / "metrics.csv").is_file(), 300, "the cell to train")
     parent.send_signal(signal.SIGINT)
     _, stderr = parent.communicate(timeout=60)
     assert parent.returncode == 130 and stderr.strip().splitlines() == [
