@@ -183,6 +183,8 @@ def test_edct_scores_realistic_replies(tmp_path, httpserver):
     graded = [np.mean([1.0 if x else 0.25 for x in f]) for i, f in enumerate(flips) if i != 3]
     assert s["ccs_graded"].value == pytest.approx(np.mean(graded))
     assert s["answer_follows_truth"].value == 1.0 and s["steps_judged"] == 2 * (N_ITEMS - 1)
+    # the exact judge reads every re-queried answer these replies carried: this VLM follows the rule (AC 1 on every step)
+    assert s["ac_exact"].value == 1.0 and s["ac_exact"].n == 2 * (N_ITEMS - 1)
     md = (tmp_path / "run" / "results.md").read_text()
     assert "parse errors (replies kept): baseline/refused 1" in md and "re-asked (recovered): baseline" in md
     # every form of every role was sent (the corpus is exercised, not one lucky form), and 503s were retried

@@ -71,7 +71,7 @@ def localisation(model: Any, enc: zm.Encoder, robots: Robots, idx: np.ndarray) -
     pixels = enc.pixels(robots.images(robots.meta[idx], y))
     image_id = int(enc.tok.convert_tokens_to_ids("<|image_pad|>"))
     where = (prompt[0] == image_id).nonzero(as_tuple=True)[0]
-    merge = 2
+    merge = int(getattr(model.config.vision_config, "spatial_merge_size", 1) or 1)
     _, gh, gw = (int(v) for v in pixels[1][0])
     grid = (gh // merge, gw // merge)
     parts = part_masks(robots, robots.meta[idx])
