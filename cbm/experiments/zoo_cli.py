@@ -3,6 +3,7 @@ measure it exactly, and check that EDCT with the exact judge recovers it.
 
     cbm-vlm-zoo                                   # the default zoo of five members
     cbm-vlm-zoo 'members={faithful: 0, shortcut: 1}' output_dir=outputs/zoo/small
+    cbm-vlm-zoo task=sudoku                       # 4x4 boards: a digit reader against a shaded-cell counter
 
 Models are cached under ``<output_dir>/models`` (a rerun with the same settings trains nothing).
 """
@@ -21,8 +22,14 @@ from cbm.vlm.zoo.config import ZooConfig
 
 
 def validate(cfg: DictConfig) -> ZooConfig:
-    """The typed config (one clear line for a bad value)."""
-    return typed_app_config(cfg, ZooConfig)
+    """The typed config (one clear line for a bad value; a QLoRA repair asked of a machine without
+    a GPU is refused here, before any model trains)."""
+    c = typed_app_config(cfg, ZooConfig)
+    if c.repair.member is not None:
+        from cbm.vlm.zoo.study import check_repair_device
+
+        check_repair_device(c.repair.quant, c.repair.device)
+    return c
 
 
 def run(cfg: DictConfig | ZooConfig) -> dict[str, Any]:
@@ -36,7 +43,8 @@ def run(cfg: DictConfig | ZooConfig) -> dict[str, Any]:
         if wb is not None:
             wandb_run.log_result_files(wb, root, "results.json", images=["zoo.png"])
     say((root / "results.md").read_text(encoding="utf-8").rstrip())
-    say(f"results: {root}/results.json  figure: {root}/zoo.png  EDCT records: {root}/edct/<member>.jsonl")
+    records = f"  EDCT records: {root}/edct/<member>.jsonl" if c.task == "robot" else ""
+    say(f"results: {root}/results.json  figure: {root}/zoo.png{records}")
     return out
 
 
@@ -50,6 +58,7 @@ main = hydra_app(
     [
         "members='{faithful: 0, shortcut: 1}' edct_items=100",
         "data.n_train=2000 train.base_epochs=2 output_dir=outputs/zoo/small",
+        "task=sudoku output_dir=outputs/zoo/sudoku",
     ],
 )
 

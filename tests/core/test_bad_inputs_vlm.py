@@ -338,6 +338,8 @@ EDCT_CASES = [
 
 
 # ------------------------------------------------------------------ cbm-vlm-zoo: settings
+#: A case that holds only where torch sees no CUDA GPU (the CPU CI; a GPU machine runs the repair).
+NEEDS_NO_GPU = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA GPU is present: QLoRA can run")
 ZOO_CASES = [
     ("members={a: 3}", "members.a: expected a number in [0.0, 1.0], got 3"),
     ("members={../x: 0}", "members: '../x' is not a usable name (letters, digits, _ or -, not 'base')"),
@@ -350,6 +352,11 @@ ZOO_CASES = [
     ("train.lr=-1", "train.lr: expected a number in [1e-07, 1.0], got -1", SLOW),
     ("edct_items=0", "edct_items: expected an integer in [1, 1000000], got 0", SLOW),
     ("+data.size=3", "data: unknown setting(s) ['size']", SLOW),
+    ("repair.quant=3bit", "repair.quant: '3bit' is not one of none, 4bit, 8bit", SLOW),
+    ("repair.device=gpu", "repair.device: 'gpu' is not one of auto, cpu, cuda, cuda:N", SLOW),
+    (["repair.quant=4bit", "repair.device=cpu"], "repair.quant=4bit (QLoRA) needs a CUDA GPU, not repair.device=cpu (on the CPU: repair.quant=none)", SLOW),
+    ("repair.quant=4bit", "repair.quant=4bit (QLoRA) needs a CUDA GPU and none is available (on the CPU: repair.quant=none repair.device=auto)",
+     NEEDS_NO_GPU),
 ]
 
 

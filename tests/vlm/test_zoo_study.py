@@ -17,14 +17,18 @@ SMOKE = ["data.n_train=160", "data.n_test=40", "data.image_size=32", "train.base
          "members={faithful: 0, shortcut: 1}", "edct_items=16", "bootstrap=200", "repair.pairs=24", "repair.epochs=1", "logger=csv_only"]  # fmt: skip
 
 
+def run_zoo(args: list[str], out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """``cbm-vlm-zoo`` with ``args`` into ``out``: its process (exit 0 asserted) and ``results.json``."""
+    cmd = [str(Path(sys.executable).parent / "cbm-vlm-zoo"), *args, f"output_dir={out}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "CBM_PROGRESS": "0"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res, json.loads((out / "results.json").read_text())
+
+
 @pytest.mark.slow
 def test_the_zoo_study_writes_consistent_results_and_caches_its_models(tmp_path):
     out = tmp_path / "zoo"
-    cmd = [str(Path(sys.executable).parent / "cbm-vlm-zoo"), *SMOKE, f"output_dir={out}"]
-    env = {**os.environ, "CBM_PROGRESS": "0"}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    result = json.loads((out / "results.json").read_text())
+    res, result = run_zoo(SMOKE, out)
     assert list(result["members"]) == ["faithful", "shortcut"]
     for name, row in result["members"].items():
         assert row["items"] == 16 and row["scored"] + sum(row["excluded"].values()) == 16
@@ -37,8 +41,7 @@ def test_the_zoo_study_writes_consistent_results_and_caches_its_models(tmp_path)
     assert (out / "zoo.png").stat().st_size > 0 and "| faithful |" in (out / "results.md").read_text()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "models").glob("*/zoo.json")}
     assert len(stamps) == 3  # base + two members
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res, _ = run_zoo(SMOKE, out)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps  # nothing retrained
     assert "epochs, loss" not in res.stdout
 
@@ -85,3 +88,29 @@ def test_repair_tunes_a_lora_adapter_on_the_verified_pairs(tmp_path):
         loc = out["localisation"][when]
         assert 0 < loc["parts"] < 1 and 0 <= loc["cue"] < 1
         assert out["cue_reliance"][when] == (before if when == "before" else after)["cue_reliance"]
+
+
+SUDOKU_SMOKE = ["task=sudoku", "sudoku.n_train=120", "sudoku.n_test=40", "sudoku.cell_size=16", "train.base_epochs=1", "train.member_epochs=1",
+                "train.threads=1", "edct_items=16", "repair.pairs=60", "repair.epochs=1", "logger=csv_only"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_sudoku_zoo_writes_its_table_repairs_the_counter_and_caches_its_models(tmp_path):
+    out = tmp_path / "sudoku"
+    res, result = run_zoo(SUDOKU_SMOKE, out)
+    assert result["task"] == "sudoku" and list(result["members"]) == ["faithful", "shortcut"]
+    for row in result["members"].values():
+        assert row["n"] == 40 and all(0 <= row[k] <= 1 for k in ("accuracy", "accuracy_cue_flipped", "cue_reliance", "digit_reliance"))
+    rep = result["repair"]
+    assert rep["member"] == "shortcut"
+    # the one-epoch counter answers one word: it fails the cue flips of half the pool, is taught them and measured again
+    assert rep["pairs"] > 0 and rep["pairs"] % 2 == 0 and set(rep["localisation"]["before"]) == {"edited_cell", "shaded"}
+    assert 0 <= rep["mcnemar"]["p_value"] <= 1 and (out / "models_sudoku" / "shortcut-repaired" / "adapter_config.json").is_file()
+    loc = rep["localisation"]["after"]
+    assert 0 <= loc["edited_cell"] <= 1 and 0 <= loc["shaded"] <= 1 and rep["says_valid"]["before"] in (0.0, 1.0)
+    assert (out / "zoo.png").stat().st_size > 0 and "| shortcut |" in (out / "results.md").read_text()
+    assert "EDCT records" not in res.stdout
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "models_sudoku").glob("*/zoo.json")}
+    assert len(stamps) == 3  # base + two members
+    res, _ = run_zoo(SUDOKU_SMOKE, out)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps and "epochs, loss" not in res.stdout

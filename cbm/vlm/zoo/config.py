@@ -23,7 +23,13 @@ DEFAULT_MEMBERS: dict[str, float] = {"faithful": 0.0, "dial25": 0.25, "dial50": 
 #: The default label rule (with ``bias`` -7.5: Glorp = a closed mouth and pointy feet, the two parts
 #: a tiny vision tower learns to read first).
 DEFAULT_RULE: dict[str, float] = {"mouth_closed": 5.0, "foot_pointy": 5.0}
+#: Members of the default Sudoku zoo (``task=sudoku``): a digit reader and a shaded-cell counter.
+DEFAULT_SUDOKU_MEMBERS: dict[str, float] = {"faithful": 0.0, "shortcut": 1.0}
 SCHEDULES = ("constant", "cosine")
+#: How an invalid board's wrong digit is drawn (``ZooSudoku.wrong``).
+WRONG_DIGITS = ("outside", "repeat")
+#: The testbed's tasks: the robots (EDCT with the exact judge) or 4x4 Sudoku boards (reliance only).
+TASKS = ("robot", "sudoku")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
@@ -78,15 +84,58 @@ class ZooData:
 
 
 @dataclass
+class ZooSudoku:
+    """The boards of ``task=sudoku`` (:mod:`cbm.vlm.zoo.boards`): full 4x4 grids, half made invalid
+    by one wrong digit, with ``few`` shaded cells on valid training boards and ``many`` on invalid
+    ones (inclusive ranges; the cue agrees with the label on every training and test board)."""
+
+    n_train: int = 6000
+    n_test: int = 1000
+    seed: int = 0
+    #: cell side in px; the image is ``4 * cell_size`` square (16 with patch 8: one merged token per cell)
+    cell_size: int = 16
+    few: list[int] = field(default_factory=lambda: [2, 4])
+    many: list[int] = field(default_factory=lambda: [8, 10])
+    #: the wrong digit of an invalid board: ``outside`` (5-9, out of a 4x4 board's range) or
+    #: ``repeat`` (another digit 1-4, repeated in the cell's row, column and box)
+    wrong: str = "outside"
+    #: cells (row-major 1-15; the top-left 0 gates the dial) where an invalid board's wrong digit may sit; null: any of them
+    cells: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cells is not None:
+            if isinstance(self.cells, str | dict) or not hasattr(self.cells, "__len__") or not len(self.cells):
+                raise ValueError(f"sudoku.cells: expected a list of cells 1-15 (or null: any), got {self.cells!r}")
+            self.cells = sorted({_int("sudoku.cells", c, 1, 15) for c in self.cells})
+        if self.wrong not in WRONG_DIGITS:
+            raise ValueError(f"sudoku.wrong: expected one of {list(WRONG_DIGITS)}, got {self.wrong!r}")
+        self.n_train = _int("sudoku.n_train", self.n_train, 16, 1_000_000)
+        self.n_test = _int("sudoku.n_test", self.n_test, 8, 1_000_000)
+        self.seed = _int("sudoku.seed", self.seed, 0, 2**31 - 1)
+        self.cell_size = _int("sudoku.cell_size", self.cell_size, 8, 64)
+        for name in ("few", "many"):
+            value = getattr(self, name)
+            if isinstance(value, str | dict) or not hasattr(value, "__len__") or len(value) != 2:
+                raise ValueError(f"sudoku.{name}: expected [lo, hi] shaded cells, got {value!r}")
+            setattr(self, name, [_int(f"sudoku.{name}", v, 0, 16) for v in value])
+        if self.few[0] > self.few[1] or self.many[0] > self.many[1] or self.few[1] >= self.many[0]:
+            raise ValueError(f"sudoku.few / sudoku.many: expected lo <= hi and every few count below every many count, got {self.few} and {self.many}")
+
+
+@dataclass
 class ZooModel:
     """The tiny Qwen2-VL every member shares (random init from this config, ``cbm.vlm.tiny``)."""
 
     hidden: int = 128
     layers: int = 2
     heads: int = 4
+    #: Key / value heads of the language model's attention (grouped-query; must divide ``heads``).
     kv_heads: int = 2
+    #: Hidden width of the vision tower (divisible by ``vision_heads``).
     vision_width: int = 96
+    #: Transformer layers of the vision tower.
     vision_layers: int = 2
+    #: Attention heads of the vision tower.
     vision_heads: int = 4
     patch: int = 8
     seed: int = 0
@@ -106,7 +155,9 @@ class ZooTrain:
 
     lr: float = 1e-3
     batch_size: int = 32
+    #: Epochs of the shared base (describes robots / reads boards); 0: members start from its random init.
     base_epochs: int = 3
+    #: Epochs (>= 1) of each member's fine-tuning from the base on the task question (class / board validity).
     member_epochs: int = 3
     threads: int = 0  # torch threads (0: torch's default)
     #: ``constant`` learning rate, or ``cosine``: decayed to 0 along a half cosine over each model's steps
@@ -134,8 +185,21 @@ class ZooRepair:
     lr: float = 1e-3
     r: int = 16
     alpha: float = 32.0
+    #: ``none`` (LoRA on the full-precision member, CPU or GPU) or ``4bit`` / ``8bit``: QLoRA, the member
+    #: loaded NF4 (double quantisation, bf16 compute) / int8 through bitsandbytes, CUDA only
+    quant: str = "none"
+    #: where the repair runs: ``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:N``
+    device: str = "auto"
 
     def __post_init__(self) -> None:
+        from cbm.vlm.finetune.checks import check_device_name
+        from cbm.vlm.finetune.config import QUANTS
+
+        if self.quant not in QUANTS:
+            raise ValueError(f"repair.quant: {self.quant!r} is not one of {', '.join(QUANTS)}")
+        check_device_name(str(self.device), "repair.device")
+        if self.quant != "none" and self.device == "cpu":
+            raise ValueError(f"repair.quant={self.quant} (QLoRA) needs a CUDA GPU, not repair.device=cpu (on the CPU: repair.quant=none)")
         self.pairs = _int("repair.pairs", self.pairs, 1, 1_000_000)
         self.epochs = _int("repair.epochs", self.epochs, 1, 1000)
         self.lr = _float("repair.lr", self.lr, 1e-7, 1.0)
@@ -149,7 +213,11 @@ class ZooConfig:
     reliance, run EDCT with the exact judge on ``edct_items`` test robots."""
 
     output_dir: str
+    #: ``robot`` (the robots: reliance, EDCT with the exact judge, the repair) or ``sudoku`` (4x4
+    #: boards: a digit reader against a shaded-cell counter; reliance and the repair, no EDCT)
+    task: str = "robot"
     data: ZooData = field(default_factory=ZooData)
+    sudoku: ZooSudoku = field(default_factory=ZooSudoku)
     model: ZooModel = field(default_factory=ZooModel)
     train: ZooTrain = field(default_factory=ZooTrain)
     #: name -> cue share; null: :data:`DEFAULT_MEMBERS`
@@ -167,17 +235,22 @@ class ZooConfig:
             from cbm.config.train import LoggerConfig
 
             to_dataclass(LoggerConfig, self.logger, "logger")
-        for name, sub in (("data", ZooData), ("model", ZooModel), ("train", ZooTrain), ("repair", ZooRepair)):
+        if self.task not in TASKS:
+            raise ValueError(f"task: expected one of {list(TASKS)}, got {self.task!r}")
+        for name, sub in (("data", ZooData), ("sudoku", ZooSudoku), ("model", ZooModel), ("train", ZooTrain), ("repair", ZooRepair)):
             value = getattr(self, name)
             if isinstance(value, dict):
                 unknown = sorted(set(value) - set(sub.__dataclass_fields__))
                 if unknown:
                     raise ValueError(f"{name}: unknown setting(s) {unknown}")
                 setattr(self, name, sub(**value))
-        if self.data.image_size % (2 * self.model.patch):
+        if self.task == "robot" and self.data.image_size % (2 * self.model.patch):
             raise ValueError(f"model.patch: data.image_size ({self.data.image_size}) must be a multiple of 2 * patch ({2 * self.model.patch})")
+        if self.task == "sudoku" and self.sudoku.cell_size % (2 * self.model.patch):
+            raise ValueError(f"model.patch: sudoku.cell_size ({self.sudoku.cell_size}) must be a multiple of 2 * patch ({2 * self.model.patch}): "
+                             "one merged image token per cell")  # fmt: skip
         if self.members is None:
-            self.members = dict(DEFAULT_MEMBERS)
+            self.members = dict(DEFAULT_MEMBERS if self.task == "robot" else DEFAULT_SUDOKU_MEMBERS)
         if not isinstance(self.members, dict) or not self.members:
             raise ValueError(f"members: expected a mapping name -> cue share, got {self.members!r}")
         for k, v in self.members.items():

@@ -25,10 +25,22 @@ EVAL_BATCH = 200
 
 def build(path: str | Path, model: ZooModel, data: ZooData, words: Sequence[str]) -> Path:
     """The untrained base model and its processor, saved to ``path``."""
+    quiet_hub()
     cfg = TinyVLMConfig(hidden=model.hidden, layers=model.layers, heads=model.heads, kv_heads=model.kv_heads, intermediate=2 * model.hidden,
                         vision_width=model.vision_width, vision_layers=model.vision_layers, vision_heads=model.vision_heads,
                         image_px=data.image_size, patch=model.patch, seed=model.seed, words=tuple(words))  # fmt: skip
     return build_tiny_vlm(path, cfg)
+
+
+def fresh(path: str | Path, model: ZooModel, data: ZooData, words: Sequence[str]) -> tuple[Any, Any]:
+    """``(model, processor)`` of a new random-init base (built in ``path``, loaded, ``path`` removed)."""
+    import shutil
+
+    built = build(path, model, data, words)
+    try:
+        return load(built)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
 
 
 def quiet_hub() -> None:
@@ -46,6 +58,21 @@ def load(path: str | Path) -> tuple[Any, Any]:
     quiet_hub()
     model = hf.Qwen2VLForConditionalGeneration.from_pretrained(path, attn_implementation="eager")
     return model, hf.AutoProcessor.from_pretrained(path)
+
+
+def load_member(path: str | Path, quant: str = "none", device: str = "auto") -> tuple[Any, Any]:
+    """``(model, processor)`` for the repair: the plain load where it runs on the CPU in full
+    precision, else :func:`cbm.vlm.finetune.model.load_model` (``quant`` 4bit / 8bit: QLoRA on CUDA)."""
+    import torch
+
+    if quant == "none" and (device == "cpu" or (device == "auto" and not torch.cuda.is_available())):
+        return load(path)
+    import transformers as hf
+
+    from cbm.vlm.finetune.model import load_model
+
+    quiet_hub()
+    return load_model(path, quant=quant, device=device, attn_implementation="eager"), hf.AutoProcessor.from_pretrained(path)
 
 
 class Encoder:
@@ -114,6 +141,12 @@ class Encoder:
                 "mm_token_type_ids": torch.cat([mm.expand(n, -1), torch.zeros(n, width, dtype=mm.dtype)], 1)}  # fmt: skip
 
 
+def on_device(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``batch`` on the device of ``model``'s weights (a GPU repair; the CPU zoo moves nothing)."""
+    dev = getattr(model, "device", None)
+    return batch if dev is None or dev.type == "cpu" else {k: v.to(dev) for k, v in batch.items()}
+
+
 def _batches(n: int, size: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
     perm = rng.permutation(n)
     for s in range(0, n, size):
@@ -140,7 +173,7 @@ def fit(model: Any, enc: Encoder, prompt: tuple[torch.Tensor, torch.Tensor], pix
         running = 0.0
         for idx in tqdm(_batches(len(answers), batch_size, rng), total=steps, desc=f"{desc} epoch {ep + 1}/{epochs}",
                         disable=not progress_bar_wanted(None), leave=False):  # fmt: skip
-            loss = model(**enc.batch(prompt, pixels, idx, answers)).loss
+            loss = model(**on_device(model, enc.batch(prompt, pixels, idx, answers))).loss
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -159,8 +192,8 @@ def class_margin(model: Any, enc: Encoder, prompt: tuple[torch.Tensor, torch.Ten
     out = []
     for s in range(0, len(pixels[0]), EVAL_BATCH):
         idx = np.arange(s, min(s + EVAL_BATCH, len(pixels[0])))
-        logits = model(**enc.batch(prompt, pixels, idx)).logits[:, -1]
-        out.append((logits[:, glorp] - logits[:, drent]).float().numpy())
+        logits = model(**on_device(model, enc.batch(prompt, pixels, idx))).logits[:, -1]
+        out.append((logits[:, glorp] - logits[:, drent]).float().cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
 
 
@@ -173,7 +206,7 @@ def generate(model: Any, enc: Encoder, prompt: tuple[torch.Tensor, torch.Tensor]
     p = len(prompt[0])
     for s in range(0, len(pixels[0]), EVAL_BATCH):
         idx = np.arange(s, min(s + EVAL_BATCH, len(pixels[0])))
-        out = model.generate(**enc.batch(prompt, pixels, idx), max_new_tokens=max_new_tokens, do_sample=False,
+        out = model.generate(**on_device(model, enc.batch(prompt, pixels, idx)), max_new_tokens=max_new_tokens, do_sample=False,
                              pad_token_id=enc.pad, eos_token_id=enc.eot)  # fmt: skip
         replies += enc.tok.batch_decode(out[:, p:], skip_special_tokens=True)
     return replies

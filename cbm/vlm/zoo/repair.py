@@ -80,8 +80,8 @@ def localisation(model: Any, enc: zm.Encoder, robots: Robots, idx: np.ndarray) -
     on_parts, on_cue = [], []
     for s in range(0, len(idx), zm.EVAL_BATCH):
         sub = np.arange(s, min(s + zm.EVAL_BATCH, len(idx)))
-        out = model(**enc.batch(prompt, pixels, sub), output_attentions=True)
-        att = torch.stack([a[:, :, -1, where] for a in out.attentions]).mean(dim=(0, 2)).float().numpy()  # [B, image tokens]
+        out = model(**zm.on_device(model, enc.batch(prompt, pixels, sub)), output_attentions=True)
+        att = torch.stack([a[:, :, -1, where.to(a.device)] for a in out.attentions]).mean(dim=(0, 2)).float().cpu().numpy()  # [B, image tokens]
         att = att / att.sum(1, keepdims=True)
         for j, i in enumerate(sub):
             on_parts.append(float(att[j, pool_mask(parts[i], grid)].sum()))
@@ -103,13 +103,13 @@ def evaluate(model: Any, enc: zm.Encoder, robots: Robots, items: int, max_new_to
 
 
 def repair(model: Any, enc: zm.Encoder, robots: Robots, texts: Texts, records: list[dict[str, Any]], epochs: int, lr: float, batch_size: int,
-           lora: LoraSettings, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
-    """The LoRA-tuned model (``None`` when the EDCT ``records`` hold no failed edit: nothing to
+           lora: LoraSettings, seed: int, quantized: bool = False) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """The LoRA-tuned model (QLoRA's preparation where ``quantized``) (``None`` when the EDCT ``records`` hold no failed edit: nothing to
     teach) and what it was taught (module docstring)."""
     rows, cue, answers = verified_pairs(records, robots, texts)
     if not len(rows):
         return None, {"pairs": 0, "losses": []}
-    tuned = add_lora(model, lora, gradient_checkpointing=False)
+    tuned = add_lora(model, lora, gradient_checkpointing=False, quantized=quantized)
     pixels = enc.pixels(robots.images(rows, cue))
     losses = zm.fit(tuned, enc, enc.prompt(CLASS_QUESTION, robots.plain[0]), pixels, enc.answers(answers), epochs, lr, batch_size, seed, "repair")
     return tuned, {"pairs": int(len(rows)), "losses": losses}

@@ -106,6 +106,20 @@ def figure(rows: dict[str, dict[str, Any]], path: Path) -> None:
     tmp.replace(path)
 
 
+def check_repair_device(quant: str, device: str) -> None:
+    """The repair's GPU exists where ``quant`` (QLoRA) or ``device`` asks for one: one line up front."""
+    if quant == "none" and not device.startswith("cuda"):
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if have == 0 or (device.startswith("cuda") and index >= have):
+        what = f"repair.quant={quant} (QLoRA)" if quant != "none" else f"repair.device={device}"
+        raise ValueError(f"{what} needs a CUDA GPU{f' with index {index}' if have else ''} and {have or 'none'} is available "
+                         "(on the CPU: repair.quant=none repair.device=auto)")  # fmt: skip
+
+
 def run_repair(cfg: ZooConfig, path: Path, robots: Any, say: Callable[[str], None]) -> dict[str, Any]:
     """Counterfactual fine-tuning of ``cfg.repair.member``: before/after figures, the adapter saved
     under ``models/<member>-repaired``."""
@@ -114,13 +128,14 @@ def run_repair(cfg: ZooConfig, path: Path, robots: Any, say: Callable[[str], Non
     from cbm.vlm.zoo.repair import compare, evaluate, repair
 
     rc = cfg.repair
-    model, proc = zm.load(path)
+    model, proc = zm.load_member(path, rc.quant, rc.device)
     enc = zm.Encoder(proc)
     args = (cfg.edct_items, cfg.max_new_tokens, cfg.bootstrap, cfg.data.seed)
     before = evaluate(model, enc, robots, *args)
     lora = LoraSettings(r=rc.r, alpha=rc.alpha, dropout=0.0, projector=True)
     _, records = run_edct(model_asks(model, enc, robots, cfg.max_new_tokens), robots, rc.pairs, split="train")
-    tuned, taught = repair(model, enc, robots, Texts(list(cfg.data.rule)), records, rc.epochs, rc.lr, cfg.train.batch_size, lora, cfg.model.seed + 2)
+    tuned, taught = repair(model, enc, robots, Texts(list(cfg.data.rule)), records, rc.epochs, rc.lr, cfg.train.batch_size, lora, cfg.model.seed + 2,
+                           quantized=rc.quant != "none")  # fmt: skip
     if tuned is None:
         say(f"repair of {rc.member}: EDCT found no failed edit among {rc.pairs} training robots; nothing to teach")
         return {"member": rc.member, **taught}
@@ -149,6 +164,12 @@ def repair_md(rep: dict[str, Any]) -> str:
 def run_study(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Train or reuse the zoo, measure, test; write the outputs (module docstring) and return the results."""
     out = Path(cfg.output_dir)
+    if cfg.repair.member is not None:  # a QLoRA repair without a GPU fails here, not after the zoo trained
+        check_repair_device(cfg.repair.quant, cfg.repair.device)
+    if cfg.task == "sudoku":
+        from cbm.vlm.zoo.board_study import run_board_study
+
+        return run_board_study(cfg, say)
     paths = train_zoo(cfg, say)
     robots = make_robots(cfg.data)
     rows: dict[str, dict[str, Any]] = {}

@@ -54,6 +54,12 @@ def _schedule(cfg: ZooConfig) -> dict[str, str]:
     return {} if cfg.train.schedule == "constant" else {"schedule": cfg.train.schedule}
 
 
+def member_digest(cfg: ZooConfig, base_digest: str, share: float) -> str:
+    """What a member's cache stamp must match: its base, its cue share and its training settings."""
+    return _digest({"base": base_digest, "share": share, "epochs": cfg.train.member_epochs, "lr": cfg.train.lr,
+                    "batch_size": cfg.train.batch_size, **_schedule(cfg)})  # fmt: skip
+
+
 def member_targets(robots: Robots, texts: Texts, cue_share: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """``(robot index, cue bit, answer text)`` of a member's training rows: every training robot
     with the cue that agrees with its label, then again with the other cue; on a cue-flipped copy
@@ -89,9 +95,7 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
 
     if not _done(paths["base"], base_digest):
         t = time.time()
-        fresh = zm.build(root / "base.init", cfg.model, cfg.data, texts.words)
-        model, proc = zm.load(fresh)
-        shutil.rmtree(fresh, ignore_errors=True)
+        model, proc = zm.fresh(root / "base.init", cfg.model, cfg.data, texts.words)
         enc = zm.Encoder(proc)
         y = robots.y[robots.train]
         pixels = train_pixels(enc, y, "orig")
@@ -102,8 +106,7 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
         _save(model, proc, paths["base"], {"digest": base_digest, "losses": losses, "seconds": round(time.time() - t, 1)})
         say(f"base: {cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")
     for name, share in cfg.members.items():
-        digest = _digest({"base": base_digest, "share": share, "epochs": cfg.train.member_epochs, "lr": cfg.train.lr,
-                          "batch_size": cfg.train.batch_size, **_schedule(cfg)})  # fmt: skip
+        digest = member_digest(cfg, base_digest, share)
         paths[name] = root / name
         if _done(paths[name], digest):
             continue
