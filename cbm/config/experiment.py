@@ -43,6 +43,7 @@ class InterveneStage:
 
     intervener: list[str] = field(default_factory=lambda: ["oracle", "expert", "llm"])
     policy: list[str] = field(default_factory=lambda: ["random", "uncertainty", "responsiveness"])
+    #: Concept budgets k passed as cbm-intervene ``ks``: integers or ``max`` (all requestable concepts).
     ks: list[Any] = field(default_factory=lambda: [0, 1, 3, "max"])
     #: Further cbm-intervene overrides, e.g. ``intervener.expert.accuracy=0.8``.
     overrides: list[str] = field(default_factory=list)
@@ -57,10 +58,15 @@ class InterveneStage:
 class AutomateStage:
     """The ``cbm-automate`` run on every model (the black box at k = 0)."""
 
+    #: Target selective accuracy in (0, 1] the abstention threshold is calibrated to.
     target_accuracy: float = 0.90
+    #: Concept budgets k: integers or ``max`` (all concepts); the black box runs k = 0 only.
     ks: list[Any] = field(default_factory=lambda: [0, 3, "max"])
+    #: The one policy that picks the concepts to ask (a ``conf/policy/`` name, e.g. ``uncertainty``).
     policy: str = "random"
+    #: The one intervener that answers them (a ``conf/intervener/`` name: ``oracle``, ``expert``, ``llm``).
     intervener: str = "oracle"
+    #: Threshold calibration: ``empirical`` (no guarantee), ``sgr`` or ``ltt`` (guaranteed w.p. 1 - delta).
     method: str = "ltt"
     #: Further cbm-automate overrides, e.g. ``delta=0.05``.
     overrides: list[str] = field(default_factory=list)
@@ -78,7 +84,9 @@ class Select:
     """Run only these entries of ``settings`` / ``models`` (``None``: all); a smoke preset narrows
     its full preset this way, and ``select.models=[blackbox,cbm]`` does on the command line."""
 
+    #: Names of ``settings`` entries to run; ``null``: all.
     settings: list[str] | None = None
+    #: Names of ``models`` entries to run; ``null``: all (without the black box entry: no Gain column).
     models: list[str] | None = None
 
 
@@ -114,6 +122,7 @@ class ExperimentConfig:
     """Typed schema of ``conf/experiment.yaml`` merged with a preset."""
 
     name: str = ""
+    #: Free text shown under the report's title (and stored in the experiment's manifest).
     description: str = ""
     #: Where every cell's run lives; stable per experiment, so a rerun skips finished cells.
     output_dir: str = "experiments"

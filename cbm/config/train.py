@@ -30,6 +30,7 @@ class TrainerConfig:
     accelerator: str = "auto"
     #: Devices per node: a count (>= 1), a list of indices, or ``auto``.
     devices: Any = 1
+    #: Machines in a multi-node run (Lightning ``num_nodes``); total processes = devices x num_nodes.
     num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
@@ -51,6 +52,7 @@ class TrainerConfig:
     #: An epoch counts as an improvement for early stopping only when it beats the best by more
     #: than this (in the monitored metric's units: a loss, or an accuracy / AUROC in [0, 1]).
     early_stopping_min_delta: float = 0.0
+    #: Optimiser steps between W&B step rows (training loss, learning rates); the CSV log is per epoch.
     log_every_n_steps: int = 10
     #: ``auto``: only when the output is a terminal (else one log line per epoch); or true / false.
     enable_progress_bar: Any = "auto"
@@ -58,6 +60,7 @@ class TrainerConfig:
     #: Training / validation batches per epoch: a fraction of the split (1.0 = all) or a count
     #: (smoke runs over datasets too large for a whole epoch).
     limit_train_batches: Any = 1.0
+    #: Validation batches per epoch: a fraction of the split (1.0 = all) or a batch count.
     limit_val_batches: Any = 1.0
 
     def __post_init__(self) -> None:

@@ -48,6 +48,7 @@ REPLY_PREVIEW_CHARS = 300
 class PromptConfig:
     """The prompt: an optional system turn and the instruction template (see ``conf/concepts.yaml``)."""
 
+    #: System message sent before the user turn of images and instruction; ``null`` / empty: none.
     system: str | None = None
     instruction: str = ""
 

@@ -35,11 +35,14 @@ class DataCliConfig:
     cache_dir: str | None = ".cache/cbm"
     out: str | None = None
     split: str | None = None
+    #: show: how many samples of ``split`` (drawn with ``seed``, at most the whole split) the image holds.
     n: int = 16
     seed: int = 0
     format: str = "npz"
     chunk_mb: float = 32.0
+    #: export format=hf / parquet: rows per arrow record batch / parquet row group.
     row_group_rows: int = 1024
+    #: export format=hf / parquet: PNG zlib level 0..9 (file size vs speed; lossless at every level).
     png_compress_level: int = 6
 
     def __post_init__(self) -> None:

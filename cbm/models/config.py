@@ -23,7 +23,9 @@ class BackboneConfig:
     #: CNN: side of the pooled feature map that is flattened (1 = global average pooling).
     grid: int = 4
     hidden: list[int] = field(default_factory=lambda: [128, 128])
+    #: Width of the features the cnn / resnet18 / mlp / text_bag encoder outputs (sudoku_cells: fixed n^3).
     out_dim: int = 128
+    #: text_bag: width of the token embeddings and of its width-3 convolution.
     embed_dim: int = 64
     dropout: float = 0.0
     #: Auxiliary supervision weight for backbones that define ``aux_loss`` (Sudoku digits).
@@ -78,6 +80,7 @@ class OptimConfig:
     #: independent CBM is a small convex problem that converges far faster at a higher rate.
     head_lr: float | None = None
     weight_decay: float = 0.0
+    #: ``none`` (constant rates) or ``cosine`` (cosine annealing per epoch over ``trainer.max_epochs``).
     scheduler: str = "none"
 
     def __post_init__(self) -> None:
@@ -217,8 +220,11 @@ class ProbCBMConfig(ModelConfig):
 class EnergyWeights:
     """Weights of the three energies in the joint energy minimised at inference."""
 
+    #: Weight (>= 0) of the class energy ``E_xy(x, y)``.
     xy: float = 1.0
+    #: Weight (>= 0) of the concept energy ``E_xc(x, c)`` (anchors the free concepts to the input).
     xc: float = 1.0
+    #: Weight (>= 0) of the global concept-class energy ``E_cy(c, y)``; xy + cy must be > 0.
     cy: float = 1.0
 
     def __post_init__(self) -> None:
@@ -258,6 +264,7 @@ class ECBMConfig(ModelConfig):
     intervene_weights: EnergyWeights = field(default_factory=lambda: EnergyWeights(xy=0.0, xc=1.0, cy=1.0))
     #: Gradient-descent bound, step size and per-row stopping tolerance (max |gradient|).
     infer_steps: int = 100
+    #: Step size of that gradient descent on the concept and class logits.
     infer_lr: float = 1.0
     infer_tol: float = 1e-4
     #: Negative slope of the energy heads' ReLU. The reference uses a plain ReLU (0); with it,
@@ -374,6 +381,7 @@ class IntCEMConfig(CEMConfig):
     policy_loss_weight: float = 1.0
     #: psi's width and hidden layers (cbm.interventions.policies.imitation.PolicyNet).
     policy_hidden: int = 64
+    #: Number of hidden layers (>= 1) of psi, each ``policy_hidden`` wide.
     policy_layers: int = 2
     #: stakes (each step's imitation weighted by how much the oracle's choice raises log p(y)) |
     #: uniform (the reference's plain cross-entropy); see cbm.interventions.policies.imitation
@@ -438,11 +446,17 @@ MODEL_CONFIGS: dict[str, type[ModelConfig]] = {
 class DataInfo:
     """What a model needs to know about its dataset (stored in checkpoints)."""
 
+    #: Dataset name (``data.name``: ``robot``, ``sudoku``, ...); with modality, picks the ``auto`` backbone.
     dataset: str
+    #: ``image``, ``tabular`` or ``text``: the input kind a backbone must accept.
     modality: str
+    #: Shape of one input as the model sees it: ``[C, H, W]`` (images), ``[features]`` or ``[tokens]``.
     in_shape: list[int]
+    #: Concept names, in the order of the concept columns (their count is the number of concepts).
     concept_names: list[str]
+    #: Class names, in the order of the label indices (their count is the number of classes).
     class_names: list[str]
+    #: Text modality: token vocabulary size (id 0 = padding); 0 for other modalities.
     vocab_size: int = 0
     #: Fingerprint of the data config, so a checkpoint of another dataset is refused.
     data_hash: str = ""

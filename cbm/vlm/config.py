@@ -48,13 +48,17 @@ class ClientConfig:
     seed: int | None = None
     timeout_s: float = 120.0
     max_retries: int = 5
+    #: First retry wait in seconds; doubled each attempt (times a jitter in [0.5, 1]), at most ``max_wait_s``.
     backoff_s: float = 1.0
+    #: Longest wait in seconds before a retry, also the cap on a server's ``Retry-After``.
     max_wait_s: float = 60.0
     concurrency: int = 4
     cache_dir: str | None = DEFAULT_CACHE_DIR
     price_in_per_mtok: float = 0.0
+    #: USD per million completion tokens (cost accounting; 0: not counted).
     price_out_per_mtok: float = 0.0
     device: str = "auto"
+    #: Local backend: weight dtype (float32 | float16 | bfloat16); ``auto``: the checkpoint's own.
     dtype: str = "auto"
     #: Send the API key over plain http to a non-loopback host (it travels readable on the network).
     allow_insecure: bool = False

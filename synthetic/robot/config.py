@@ -72,7 +72,9 @@ class LabelConfig:
     """
 
     weights: dict[str, float] = field(default_factory=lambda: dict(LABEL_RULES["sparse"]["weights"]))
+    #: Constant added to the weighted sum of terms before scaling (the logit offset; with label_rule=custom).
     bias: float = LABEL_RULES["sparse"]["bias"]
+    #: Multiplier of the whole sum inside the sigmoid: larger makes Pr(Glorp) closer to 0 / 1 (sharper rule).
     scale: float = LABEL_RULES["sparse"]["scale"]
     stochastic: bool = True
 
@@ -96,7 +98,9 @@ class SamplingConstraint:
     """At least ``min_fraction`` of the training robots satisfy ``expr`` (an expression over the body
     attributes, ``BODY_NAMES`` plus ``hand_edgy`` / ``foot_pointy``)."""
 
+    #: Expression over the body attributes (``BODY_NAMES``, ``hand_edgy``, ``foot_pointy``), e.g. ``knees == 1``.
     expr: str
+    #: Share in [0, 1] of the training robots drawn among those matching ``expr`` (``int(n * min_fraction)``).
     min_fraction: float
 
     def __post_init__(self) -> None:
@@ -120,7 +124,9 @@ class AsymmetricNoise:
     """Annotation flips that depend on the value: ``p01`` turns an absent concept (0) into a
     present one, ``p10`` a present one into an absent one (after ``concept_noise``)."""
 
+    #: Probability in [0, 1] that an annotation of 0 (absent) is flipped to 1, in every split.
     p01: float = 0.0
+    #: Probability in [0, 1] that an annotation of 1 (present) is flipped to 0, in every split.
     p10: float = 0.0
 
     def __post_init__(self) -> None:
@@ -135,8 +141,11 @@ class MissingConcepts:
     ``present_prob`` when the annotated value is 1 and ``absent_prob`` when it is 0."""
 
     mechanism: str = "none"
+    #: ``mcar``: probability in [0, 1) that each training concept annotation is missing.
     p: float = 0.0
+    #: ``mnar``: probability in [0, 1] that a training annotation of 1 (present) is missing.
     present_prob: float = 0.0
+    #: ``mnar``: probability in [0, 1] that a training annotation of 0 (absent) is missing.
     absent_prob: float = 0.0
 
     def __post_init__(self) -> None:
@@ -206,7 +215,9 @@ class ConceptSource:
 class LabelNoise:
     """Each robot's label flips with probability ``p`` in the named splits."""
 
+    #: Probability in [0, 0.5] that a robot's label is flipped (per robot: all its renders share the flip).
     p: float = 0.0
+    #: Splits whose labels are flipped: any of ``train``, ``val``, ``calib``, ``test``.
     splits: list[str] = field(default_factory=lambda: ["train", "val"])
 
     def __post_init__(self) -> None:
@@ -329,6 +340,7 @@ class RobotConfig:
     val_fraction: float = 0.2
     n_calib: int = 2000
     n_test: int = 10000
+    #: Images per sampled robot (>= 1), each with independent nuisance; a split has size x this many rows.
     renders_per_robot: int = 1
     #: text modality: shuffle the order of the feature clauses per sample
     text_shuffle: bool = True

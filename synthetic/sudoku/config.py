@@ -67,6 +67,7 @@ class SudokuConfig:
     #: families of ``negative_ops``; ``fail_counts`` sets the counts) or ``swaps`` (concept-benchmark
     #: 0.4: 1..``max_cell_swaps`` swaps / duplications of a valid board, see synthetic.sudoku.corrupt)
     corruption: str = "walk"
+    #: ``corruption=swaps``: most swap / duplication actions per invalid board (1..9; each draws 1..this uniformly).
     max_cell_swaps: int = 9
     #: box side (concept-benchmark 0.4's ``block_size``): 3 = the 9x9 board (27 checks), 2 = 4x4
     #: boards (12 checks; only 288 valid grids exist, so boards repeat; invalid ones by ``swaps``)

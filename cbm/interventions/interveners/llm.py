@@ -77,6 +77,8 @@ class LLMIntervener:
         image batches send ``batch['x'][i]`` as the image.
     subject : how the prompt names an example ("robot", "board"...).
 
+    Notes
+    -----
     Answers are cached per ``(batch['idx'][i], concept)``, so a grid of policies and budgets asks
     each question once.
     """
@@ -87,12 +89,15 @@ class LLMIntervener:
         #: ChatClient subclass or a factory marked with ``@cbm.vlm.client.client_factory``
         #: (e.g. ``cbm.vlm.client:make_client``); anything else is refused before it is called.
         client: str | None = None
+        #: Keyword arguments for ``client`` (a ChatClient subclass gets them as ``ClientConfig`` settings).
         client_kwargs: dict[str, Any] = field(default_factory=dict)
         #: error | model (keep the model's probability, counted and logged)
         on_unparseable: str = "error"
+        #: Times (>= 0) to re-ask for the concepts a reply left unanswered, before ``on_unparseable``.
         retries: int = 1
         #: Question per concept name (default: "Is <name> true for this <subject>?").
         questions: dict[str, str] = field(default_factory=dict)
+        #: How the prompt names an example ("robot", "board"...): "Answer each question about the <subject>".
         subject: str = "example"
 
         def __post_init__(self) -> None:

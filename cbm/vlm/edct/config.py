@@ -55,15 +55,19 @@ MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
 
 @dataclass
 class ItemsConfig:
+    #: Where items come from: ``robot`` / ``sudoku`` (generated from ``data``) or ``files`` (``path``).
     source: str = "robot"
+    #: The split items are taken from (robot: train | calib | test; sudoku adds val; files: test).
     split: str = "test"
     n: int = 20  # items (the first n positions of the split, or a seeded sample)
+    #: true: a sample of ``n`` positions drawn with ``seed`` (kept in order); false: the first ``n``.
     sample: bool = False
     seed: int = 0
     #: source=files: the data (a JSONL file, an image folder, a saved datasets dataset), its format
     #: and the shape of its rows (cbm.vlm.edct.items)
     path: str | None = None
     format: str = "auto"
+    #: How a files row reads: generic | okvqa | drivelm | 3dsrbench (fields per shape: cbm.vlm.edct.items).
     shape: str = "generic"
 
     def __post_init__(self) -> None:
@@ -107,14 +111,20 @@ class BootstrapConfig:
 @dataclass
 class EDCTConfig:
     output_dir: str
+    #: Client settings (``ClientConfig``) of the model under test: answers, explains, answers each edit.
     vlm: dict[str, Any]
+    #: Client settings of the LLM that extracts the cited concepts and writes the edit chain.
     llm: dict[str, Any]
+    #: Client settings of the judge that scores answer consistency, faithfulness and the rubric.
     judge: dict[str, Any]
+    #: Prompt templates by stage (answer, explain, extract, chain, judge, reask, retry ...), each checked
+    #: for its placeholders; reask, retry, answer_only and explain may be left out (built-in defaults).
     prompts: dict[str, Any]
     judge2: dict[str, Any] | None = None
     data: dict[str, Any] = field(default_factory=lambda: {"name": "robot"})
     cache_dir: str | None = None
     items: ItemsConfig = field(default_factory=ItemsConfig)
+    #: The question asked about every item (an items file row with its own question overrides it).
     question: str = "Is this robot a Glorp or a Drent?"
     options: list[str] | None = None  # null: the dataset's class names
     answer_by: str = "generate"
@@ -122,6 +132,7 @@ class EDCTConfig:
     #: 1: one prompt asking for both (``prompts.answer``). Baseline and every re-query alike.
     baseline_turns: int = 2
     k: int = 2
+    #: The image editor: ``{kind: synthetic | hosted | diffusers | diffusers_inpaint, ...its settings}``.
     editor: dict[str, Any] = field(default_factory=lambda: {"kind": "synthetic"})
     verify: dict[str, Any] = field(default_factory=dict)
     #: Masks for editors that report none (hosted, diffusion): ``{target: "module:Class", kwargs: {...}}``,

@@ -182,6 +182,8 @@ class RobotEditor:
     strict : check that the unedited re-render equals ``item.image`` byte for byte (a wrong
         config or a resized image would otherwise give a wrong mask).
 
+    Notes
+    -----
     An occluded or invisible part edits to an empty mask (the render does not change); the
     result records ``changed["visible"] = False``.
     """

@@ -31,6 +31,7 @@ PAPER_SHARPEN = 2.0
 class ModelSettings:
     WHERE: ClassVar[str] = "model."
     path: str = ""
+    #: Weight dtype (float32 | bfloat16 | float16); ``auto``: the checkpoint's own. quant 4bit / 8bit: bf16.
     dtype: str = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     attn_implementation: str | None = "eager"  # eager: attention weights for localisation
@@ -119,11 +120,13 @@ class TrainSettings:
     epochs: int = 3
     max_steps: int = -1  # >= 1 stops earlier
     batch_size: int = 4
+    #: Batches whose gradients are summed (loss / grad_accum) before each optimiser step.
     grad_accum: int = 1
     lr: float = 2e-4
     weight_decay: float = 0.0
     gradient_checkpointing: bool = True
     precision: str | int = "32"  # 32 | bf16 (autocast on CUDA)
+    #: Optimiser steps between logged ``train/loss`` rows (the last step is always logged).
     log_every: int = 1
 
     def __post_init__(self) -> None:
@@ -144,8 +147,10 @@ class TrainSettings:
 @dataclass
 class EvalSettings:
     WHERE: ClassVar[str] = "eval."
+    #: Also evaluate the held-out pairs before training (the before / after comparison); false: after only.
     before: bool = True
     max_new_tokens: int = 8
+    #: Localisation score: the answer's share of image attention inside the row's mask (needs eager attention).
     localise: bool = True
     pool_threshold: float = 0.0
     heatmaps: int = 4  # pairs drawn (original and counterfactual, before and after)
@@ -180,6 +185,7 @@ class FinetuneConfig:
     eval: EvalSettings = field(default_factory=EvalSettings)
     merge: bool = False  # also save the base model with the adapter merged in
     seed: int = 0
+    #: W&B (``logger.wandb``, as cbm-train's; CSV always); a config built in code with none: W&B off.
     logger: dict[str, Any] = field(default_factory=dict)
     progress: bool | None = None
 

@@ -36,10 +36,12 @@ PROMPT_TABLES: dict[str, tuple[str, ...]] = {"instructions": ("options",), "desc
 
 @dataclass
 class JudgeOptions:
+    #: Ask the judge to score each judged explanation; false: no judge requests (answers and parsing only).
     enabled: bool = True
     support_images: bool = False  # the judge also sees the support images with their labels
     global_discriminativeness: bool = False  # one more judge request per trial, with every class of the dataset
     reproducibility_repeats: int = 0  # extra sampled runs per trial (E3-E5) for Explanation Reproducibility
+    #: Sampling temperature, in (0, 2], of those reruns (each with its own seed).
     reproducibility_temperature: float = 0.7
     #: Conditions whose explanations are judged: E1 asks for no explanation (the paper judges E2-E5)
     conditions: list[str] = field(default_factory=lambda: ["E2", "E3", "E4", "E5"])
@@ -71,10 +73,15 @@ class StatsOptions:
 @dataclass
 class ICLConfig:
     output_dir: str
+    #: Models under test: name -> client settings (``ClientConfig``); every trial runs on each.
     models: dict[str, dict[str, Any]]
+    #: Client settings of the judge model that scores the explanations.
     judge: dict[str, Any]
+    #: Datasets: name -> ``{kind: robot | sudoku | imagefolder | torchvision, ...its settings}``.
     datasets: dict[str, dict[str, Any]]
     prompts: dict[str, Any]
+    #: Explanation conditions run for every episode: E1 (label only), E2 (free text), E3 (features),
+    #: E4 (features, IF-THEN rules, rule check), E5 (description-logic TBox / ABox).
     conditions: list[str] = field(default_factory=lambda: list(CONDITION_TAGS))
     episodes: EpisodeGrid = field(default_factory=EpisodeGrid)
     episodes_dir: str | None = None  # null: <output_dir>/episodes

@@ -73,9 +73,12 @@ class Episode:
 
 @dataclass
 class EpisodeGrid:
+    #: Numbers of classes N per episode (distinct, each >= 2); the grid is every N x K.
     n_ways: list[int] = field(default_factory=lambda: [2, 3, 4])
+    #: Numbers of labelled support shots K per class (distinct, each >= 1).
     k_shots: list[int] = field(default_factory=lambda: [1, 5])
     reps_times_n: int = 12
+    #: Query items per episode, each of one of its N classes, never a support item.
     queries: int = 1
     seed: int = 42
     anonymise: bool = False  # True: numeric ids 1..N instead of the class names
