@@ -3,14 +3,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo test test-fast lint bench gpu-check qlora-check gpu-wheels notebooks
+.PHONY: setup demo test test-fast lint bench gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,vlm,data]'
+	$(PY) -m pip install -q -e '.[dev,vlm,data,docs]'
 	touch $@
 
 ## Train the default model (CBM, robot images, true concepts) and print the results table.
@@ -28,6 +28,17 @@ test: lint
 	export CBM_SMOKE_EXPERIMENTS=$$(mktemp -d) && \
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -m slow && \
 	CBM_NOTEBOOK_OUT=$$CBM_SMOKE_EXPERIMENTS $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=1200 notebooks
+
+## The docs site (mkdocs.yml, docs/): built into site/ with --strict, so any warning (a broken link or
+## anchor, a docstring mkdocstrings cannot read) fails. The configuration reference is regenerated first.
+docs: setup
+	$(PY) docs/gen_config_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+## Optional, not in CI: build the site, serve it on 127.0.0.1 and take headless Chromium screenshots
+## (Debian's `chromium` package) of the index, a guide and the configuration reference into docs-screenshots/.
+docs-screenshots: docs
+	$(PY) docs/screenshots.py --out docs-screenshots
 
 ## Rewrite the notebooks from notebooks/make_notebooks.py.
 notebooks: setup

@@ -1,4 +1,5 @@
-"""Every example line a command's ``--help`` prints and every command line of the README is accepted: run as a dry run (``CBM_DRY_RUN=1``:
+"""Every example line a command's ``--help`` prints and every command line of the README and the docs
+(``docs/**/*.md``, the site) is accepted: run as a dry run (``CBM_DRY_RUN=1``:
 the real entry point validates the whole command line, then stops), with the placeholders (``<run>``,
 ``outputs/robot-cbm/<time>``, ``/models/tiny-vlm``) replaced by fixture paths. Nothing may be left
 behind. Examples that need a CUDA GPU are accepted as the one-line GPU refusal on a machine without one.
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import docpages
 import pytest
 from forked import run_forked
 from omegaconf import OmegaConf
@@ -65,37 +67,19 @@ def all_examples() -> list:
     return cases
 
 
-README = Path(__file__).parents[2] / "README.md"
-#: Placeholder shapes the README uses in prose (``cbm-train ... data_storage=disk``) or for a user's
-#: own file, never meant to run as written.
-NOT_COMMANDS = ("...", "<cell>", "<preset>", "+experiment=mine", "my_conf", "mymodels")
-# my_conf: tests/models/test_readme_own_model.py runs those; mymodels (a user package the README writes):
-# tests/models/test_own_model.py prechecks that line with the package on the path
-
-
-def readme_lines(text: str) -> list[str]:
-    """Every ``cbm-*`` command line of the README: in code blocks (continuation lines joined, ``$ ``
-    prompts and comments dropped) and in inline code spans of the prose."""
-    out = []
-    for body in re.findall(r"```\w*\n(.*?)```", text, re.S):
-        for line in re.sub(r"\\\n\s*", " ", body).splitlines():
-            line = line.strip().removeprefix("$ ")
-            if re.match(r"cbm-[a-z]+(\s|$)", line):
-                out.append(re.split(r"\s+#", line)[0].strip())
-    out += [" ".join(span.split()) for span in re.findall(r"`(cbm-[a-z]+ [^`]+)`", text)]  # prose
-    seen: set[str] = set()
-    return [ln for ln in out if not any(m in ln for m in NOT_COMMANDS) and not (ln in seen or seen.add(ln))]
+README = docpages.README
+NOT_COMMANDS, readme_lines = docpages.NOT_COMMANDS, docpages.command_lines
 
 
 def documented_errors(text: str) -> dict[str, str]:
-    """``$ cbm-... `` lines the README shows with the one error line they print."""
+    """``$ cbm-... `` lines a page shows with the one error line they print."""
     pairs = re.findall(r"^\$ (cbm-[^\n]+)\n(cbm-[a-z]+: error: [^\n]+)$", text, re.M)
     return {cmd.strip(): err.strip() for cmd, err in pairs}
 
 
 def readme_examples() -> list:
-    """A ``pytest.param`` per README command line; whole tables and VLM runs are slow."""
-    lines = readme_lines(README.read_text())
+    """A ``pytest.param`` per command line of the README and the docs; whole tables and VLM runs are slow."""
+    lines = readme_lines(docpages.text())
     slow = lambda ln: ln.startswith(SLOW_PROGS) or "/models/" in ln or "/tmp/tiny-vlm" in ln  # noqa: E731
     return [pytest.param(ln, id=f"README-{i}", marks=SLOW if slow(ln) else ()) for i, ln in enumerate(lines)]
 
@@ -190,8 +174,8 @@ def test_help_example_is_accepted(line, places, tmp_path, request):
         # refused only for want of a GPU, or of as many GPUs as the example asks for
         assert not torch.cuda.is_available() or "CUDA GPU(s) are available" in err, err
         return
-    documented = documented_errors(README.read_text()).get(line)
-    if documented is not None:  # the README shows this line's refusal: it must be that (a "...)" shortens it)
+    documented = documented_errors(docpages.text()).get(line)
+    if documented is not None:  # the docs show this line's refusal: it must be that (a "...)" shortens it)
         assert res.returncode == 2 and len(err.splitlines()) == 1, err
         assert err == documented or (documented.endswith("...)") and err.startswith(documented[:-4])), (err, documented)
         return
@@ -204,7 +188,7 @@ def test_help_example_is_accepted(line, places, tmp_path, request):
 
 
 def test_the_readme_lines_are_found():
-    text = README.read_text()
+    text = docpages.text()
     lines = readme_lines(text)
     assert "cbm-train model=cem" in lines and "cbm-train model.zero_concepts=[knees]" in lines
     assert any(ln.startswith("cbm-intervene checkpoint=outputs/robot-cbm/<time> 'policy=") for ln in lines)  # joined continuation

@@ -1,4 +1,4 @@
-"""The README's "Benchmark your own model" section, run as written: its ``# file:`` blocks are
+"""The docs' "Benchmark your own model" page (docs/guides/own-model.md), run as written: its ``# file:`` blocks are
 written into a fresh directory, its ``cbm-*`` lines run there (with the user's package on the path,
 plus overrides that make the runs small: tabular robots, a few epochs), and its other Python
 block is executed."""
@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).parents[2] / "README.md"
-#: What the test adds to the README's command lines so they run in seconds.
+PAGE = Path(__file__).parents[2] / "docs" / "guides" / "own-model.md"
+#: What the test adds to the page's command lines so they run in seconds.
 SMALL = ["trainer=cpu_smoke", "logger=csv_only", "trainer.max_epochs=3", "data.modality=tabular", "data.n_train=600",
          "data.n_calib=200", "data.n_test=300"]  # fmt: skip
 
 
 def section() -> str:
-    text = README.read_text()
-    start = text.index("## Benchmark your own model")
-    return text[start : text.index("\n## ", start + 1)]
+    return PAGE.read_text()
 
 
 def blocks(kind: str) -> list[str]:

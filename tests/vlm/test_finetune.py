@@ -378,13 +378,14 @@ def test_a_run_whose_adapter_cannot_be_saved_keeps_its_results_and_says_so_in_on
 
 
 def _examples() -> list[str]:
-    """Every ``cbm-finetune`` example: README.md's lines and ``cbm-finetune --help``'s."""
+    """Every ``cbm-finetune`` example: the README's and the docs' lines and ``cbm-finetune --help``'s."""
     import shlex
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    lines = [ln.split("#")[0].strip() for ln in (root / "README.md").read_text().splitlines() if ln.strip().startswith("cbm-finetune ")]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    lines = [ln.split("#")[0].strip() for page in pages for ln in page.read_text().splitlines() if ln.strip().startswith("cbm-finetune ")]
     helps = subprocess.run([str(Path(sys.executable).parent / "cbm-finetune"), "--help"], capture_output=True, text=True, timeout=120).stdout
     lines += [ln.strip() for ln in helps.splitlines() if ln.strip().startswith("cbm-finetune ")]
     assert len(lines) >= 6, lines

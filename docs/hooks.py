@@ -1,0 +1,69 @@
+"""MkDocs hooks (``hooks:`` in mkdocs.yml): the API reference, one page per public module.
+
+Every module of ``cbm`` and ``synthetic`` whose dotted path has no part starting with ``_`` (packages
+through their ``__init__``) gets ``reference/api/<dotted.name>.md`` holding a mkdocstrings
+``::: dotted.name`` stub, and ``reference/api/index.md`` lists them by package. The pages are made at
+build time, so a new module has its page without anyone writing it; ``tests/core/test_docs.py``
+checks the list against the source tree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cbm", "synthetic")
+API_DIR = "reference/api"
+
+
+def public_modules(root: Path = ROOT) -> list[str]:
+    """Dotted names of the public modules and packages, sorted."""
+    names = []
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if any(p.startswith("_") for p in parts) or "__pycache__" in rel.parts:
+                continue
+            names.append(".".join(parts))
+    return sorted(set(names))
+
+
+def module_page(name: str) -> str:
+    return f"# `{name}`\n\n::: {name}\n    options:\n      show_root_heading: false\n"
+
+
+def index_page(names: list[str]) -> str:
+    lines = [
+        "# API reference",
+        "",
+        "One page per public module of `cbm` and `synthetic`, from the docstrings (modules, classes,",
+        "functions; names starting with `_` are left out). The command-line side is documented in the",
+        "guides and every config key in the [configuration reference](../configuration.md).",
+    ]
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        parts = n.split(".")
+        groups.setdefault(".".join(parts[:2]) if len(parts) > 1 else parts[0], []).append(n)
+    for group, members in groups.items():
+        lines += ["", f"## `{group}`", ""]
+        lines += [f"- [`{m}`]({m}.md)" for m in members]
+    return "\n".join(lines) + "\n"
+
+
+def api_pages(root: Path = ROOT) -> dict[str, str]:
+    """``{path under docs/: page text}`` for the API reference."""
+    names = public_modules(root)
+    pages = {f"{API_DIR}/{n}.md": module_page(n) for n in names}
+    pages[f"{API_DIR}/index.md"] = index_page(names)
+    return pages
+
+
+def on_files(files, config):  # noqa: ARG001 (mkdocs hook signature)
+    from mkdocs.structure.files import File
+
+    for path, text in api_pages().items():
+        files.append(File.generated(config, path, content=text))
+    return files

@@ -1,0 +1,259 @@
+"""The documentation cannot rot: the configuration reference is the schemas' (regenerated and
+compared, every field of every schema on it), the API reference has a page per public module,
+``cbm.__version__`` is the distribution's, and every fenced code block of README.md and docs/ runs.
+
+Code blocks, by language:
+
+- ``bash``: every ``cbm-*`` line is dry-run validated by ``tests/experiments/test_help_examples.py``
+  (checked here to be among its lines); ``make`` lines name targets of the Makefile; ``python
+  script.py`` lines name files that exist and answer ``--help``; ``python -m module`` lines name
+  importable modules; the other lines are shell set-up (``source``, ``export``, ``pip``, ``wandb``).
+- ``python``: executed, each in a fresh namespace and an empty working directory, all in one
+  subprocess (torch is imported once). An HTML comment right above a block can say
+  ``<!-- docs-test: setup: CMD ; CMD -->`` (shell commands run first in that directory, at small
+  sizes) or ``<!-- docs-test: skip: why -->`` (counted, and listed on the test's output).
+- ``yaml``: parsed; ``# file:`` configs are run end to end by ``tests/models/test_readme_own_model.py``.
+- ``text`` (and unlabelled) blocks are output samples: skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import docpages
+import yaml
+
+ROOT = docpages.ROOT
+BIN = Path(sys.executable).parent
+SHELL_SETUP = ("source ", "export ", "pip ", "wandb ", "cd ", "mkdir ")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def all_blocks() -> list[dict]:
+    return [b for page in docpages.pages() for b in docpages.blocks(page)]
+
+
+def shell_lines(body: str) -> list[str]:
+    """Command lines of a shell block: continuations joined, prompts and comments dropped."""
+    out = []
+    for line in re.sub(r"\\\n\s*", " ", body).splitlines():
+        line = line.strip().removeprefix("$ ")
+        line = re.split(r"\s+#", line)[0].strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+# --- reference pages ---------------------------------------------------------------------------
+
+
+def test_configuration_reference_is_current():
+    gen = _load(ROOT / "docs" / "gen_config_reference.py", "gen_config_reference")
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    assert page == gen.render(), "docs/reference/configuration.md is out of date: run python docs/gen_config_reference.py"
+
+
+def _schema_classes() -> list[type]:
+    """Every dataclass of a config module (found by file, not by the generator's list) and every
+    registered policy's and intervener's ``Config``."""
+    files = [*ROOT.glob("cbm/config/*.py"), *ROOT.glob("cbm/**/config.py"), *ROOT.glob("synthetic/**/config.py"),
+             ROOT / "cbm/experiments/data_cli.py", ROOT / "cbm/experiments/concepts_cli.py"]  # fmt: skip
+    classes = []
+    for f in sorted(set(files)):
+        mod = importlib.import_module(".".join(f.relative_to(ROOT).with_suffix("").parts))
+        classes += [c for _, c in inspect.getmembers(mod, inspect.isclass) if dataclasses.is_dataclass(c) and c.__module__ == mod.__name__]
+    from cbm.interventions import registry
+
+    for kind in registry.KINDS:
+        classes += [registry.component_class(kind, name).Config for name in registry.names(kind)]
+    return list(dict.fromkeys(classes))
+
+
+def test_every_schema_field_is_on_the_configuration_page():
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    sections = {m[1]: m.start() for m in re.finditer(r"^Schema: `([\w.]+)`", page, re.M)}
+    classes = _schema_classes()
+    assert len(classes) >= 60
+    missing = []
+    for cls in classes:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name not in sections:
+            missing.append(name)
+            continue
+        start = sections[name]
+        end = min([s for s in sections.values() if s > start], default=len(page))
+        keys = set(re.findall(r"^\| `([^`]*)` \|", page[start:end], re.M))
+        for f in dataclasses.fields(cls):
+            if not f.name.startswith("_") and not any(k == f.name or k.endswith("." + f.name) for k in keys):
+                missing.append(f"{name}.{f.name}")
+    assert not missing, missing
+
+
+def test_every_public_module_has_an_api_page():
+    hooks = _load(ROOT / "docs" / "hooks.py", "docs_hooks")
+    pages = hooks.api_pages()
+    modules = []
+    for pkg in ("cbm", "synthetic"):
+        for f in (ROOT / pkg).rglob("*.py"):
+            parts = f.relative_to(ROOT).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            if "__pycache__" not in parts and not any(p.startswith("_") for p in parts):
+                modules.append(".".join(parts))
+    assert len(modules) >= 100
+    for m in modules:
+        assert f"::: {m}\n" in pages.get(f"reference/api/{m}.md", ""), m
+        assert f"({m}.md)" in pages["reference/api/index.md"], m
+
+
+def test_version_is_the_distributions():
+    import cbm
+
+    assert cbm.__version__ == importlib.metadata.version("cbm")
+    assert re.match(r"^\d+\.\d+\.\d+", cbm.__version__)
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## {cbm.__version__} - " in changelog  # one entry per release, the current one included
+
+
+# --- shell blocks ------------------------------------------------------------------------------
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+
+
+def test_shell_blocks():
+    covered = set(docpages.command_lines(docpages.text()))  # test_help_examples dry-runs each
+    targets, scripts, n = make_targets(), set(), 0
+    for b in all_blocks():
+        if b["lang"] not in ("bash", "sh", "shell", "console"):
+            continue
+        n += 1
+        where = f"{b['page']}:{b['line']}"
+        for line in shell_lines(b["body"]):
+            cmd = re.sub(r"^([A-Z_]+=\S+\s+)+", "", line)  # VAR=value cmd ...
+            words = shlex.split(cmd)
+            if re.match(r"cbm-[a-z-]+(\s|$)", cmd):
+                assert cmd in covered or any(m in cmd for m in docpages.NOT_COMMANDS), (where, cmd)
+            elif words[0] == "make":
+                assert set(words[1:]) <= targets, (where, line)
+            elif words[0] == "python" and words[1] == "-m":
+                assert importlib.util.find_spec(words[2]) is not None, (where, line)
+            elif words[0] == "python":
+                assert (ROOT / words[1]).is_file(), (where, line)
+                scripts.add(words[1])
+            else:
+                assert line.startswith(SHELL_SETUP), f"{where}: a shell line the test does not know how to check: {line}"
+    procs = {s: subprocess.Popen([sys.executable, str(ROOT / s), "--help"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in sorted(scripts)}  # fmt: skip
+    for s, p in procs.items():
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and "usage" in out.lower(), (s, err[-1000:])
+    # inline `python script.py` spans of the prose name files that exist
+    for path in set(re.findall(r"`(?:[A-Z_]+=\S+ )*python (\S+\.py)[^`]*`", docpages.text())):
+        assert (ROOT / path).is_file(), path
+    print(f"\n{n} shell blocks checked")
+
+
+# --- python and yaml blocks ---------------------------------------------------------------------
+
+RUNNER = r"""
+import json, os, subprocess, sys, traceback
+from pathlib import Path
+blocks = json.loads(Path(sys.argv[1]).read_text())
+results = []
+for i, b in enumerate(blocks):
+    work = Path(sys.argv[2]) / f"block{i}"
+    work.mkdir()
+    os.chdir(work)
+    try:
+        for cmd in b["setup"]:
+            res = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=300)
+            if res.returncode:
+                raise RuntimeError(f"setup {cmd!r} failed: {res.stderr[-1500:]}")
+        exec(compile(b["body"], f"{b['page']}:{b['line']}", "exec"), {"__name__": "__main__"})
+        results.append(None)
+    except BaseException:
+        results.append(traceback.format_exc()[-3000:])
+print("RESULTS=" + json.dumps(results))
+"""
+
+
+def python_blocks() -> tuple[list[dict], list[dict]]:
+    """(blocks to run, blocks skipped with their reason)."""
+    run, skipped = [], []
+    for b in all_blocks():
+        if b["lang"] != "python":
+            continue
+        if b["mark"].startswith("skip:"):
+            skipped.append(b)
+            continue
+        setup = [c.strip() for c in b["mark"].removeprefix("setup:").split(";")] if b["mark"].startswith("setup:") else []
+        run.append({**b, "setup": [c for c in setup if c]})
+    return run, skipped
+
+
+def test_python_blocks_run(tmp_path):
+    run, skipped = python_blocks()
+    assert len(run) >= 3
+    (tmp_path / "blocks.json").write_text(json.dumps(run))
+    (tmp_path / "work").mkdir()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline",
+           "HF_HUB_OFFLINE": "1", "HF_UPDATE_DOWNLOAD_COUNTS": "0", "CBM_CACHE_DIR": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path / "blocks.json"), str(tmp_path / "work")],
+                         capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    results = json.loads(res.stdout.split("RESULTS=")[-1])
+    failed = {f"{b['page']}:{b['line']}": err for b, err in zip(run, results) if err}
+    assert not failed, "\n\n".join(f"{k}\n{v}" for k, v in failed.items())
+    print(f"\n{len(run)} python blocks run; skipped: " + "; ".join(f"{b['page']}:{b['line']} ({b['mark']})" for b in skipped))
+
+
+def test_yaml_blocks_parse():
+    n = 0
+    for b in all_blocks():
+        if b["lang"] in ("yaml", "yml"):
+            doc = yaml.safe_load(b["body"])
+            assert isinstance(doc, dict), (b["page"], b["line"])
+            n += 1
+    assert n >= 2
+
+
+def counts() -> dict[str, int]:
+    """Code blocks of the README and the docs: all of them, those a test runs or validates, skipped."""
+    blocks = all_blocks()
+    run, skipped = python_blocks()
+    checked = [b for b in blocks if b["lang"] in ("bash", "sh", "shell", "console", "yaml", "yml")]
+    return {"blocks": len(blocks), "run": len(run) + len(checked), "skipped": len(blocks) - len(run) - len(checked)}
+
+
+def test_readme_states_the_counts():
+    c = counts()
+    readme = docpages.README.read_text()
+    stated = re.search(r"Of the\s+README's and the docs' (\d+) code blocks, (\d+) are executed or validated; the other\s+(\d+)", readme)
+    assert stated, "the README's sentence on executed code blocks"
+    assert tuple(map(int, stated.groups())) == (c["blocks"], c["run"], c["skipped"]), c
+    print(f"\n{c}")
+
+
+if __name__ == "__main__":
+    print(textwrap.dedent(str(counts())))
