@@ -108,6 +108,14 @@ def test_every_schema_field_is_on_the_configuration_page():
     assert not missing, missing
 
 
+def test_every_key_on_the_configuration_page_says_what_it_means():
+    page = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    rows = [ln.split("|") for ln in page.splitlines() if ln.startswith("| `")]
+    assert len(rows) >= 600
+    bare = [r[1].strip() for r in rows if not r[5].strip()]  # key | type | default | allowed | meaning
+    assert not bare, f"keys without a meaning (add a #: comment above the field): {bare}"
+
+
 def test_every_public_module_has_an_api_page():
     hooks = _load(ROOT / "docs" / "hooks.py", "docs_hooks")
     pages = hooks.api_pages()
