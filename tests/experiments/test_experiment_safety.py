@@ -449,10 +449,37 @@ def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_ca
     parent = spawned(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     info = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
     spawned.track(int(info["pid"]))
-    # signalled once the cell trains (a Ctrl-C in the instant a cell is being started can be lost: open)
+    # signalled once the cell trains
     wait_for(lambda: (cell_dir(out) / "csv" / "metrics.csv").is_file(), 300, "the cell to train")
     parent.send_signal(signal.SIGINT)
     _, stderr = parent.communicate(timeout=60)
     assert parent.returncode == 130 and stderr.strip().splitlines() == [
         "cbm-experiment: interrupted; the running cells were stopped (rerun the same command to go on)"], stderr[-2000:]
     wait_for(lambda: not alive(int(info["pid"])), 10, "the cell to stop")
+
+
+def test_a_ctrl_c_the_kernel_hands_to_a_worker_thread_still_stops_the_experiment(monkeypatch, tmp_path):
+    """Linux may deliver a process-directed SIGINT to any thread; Python runs the handler only in the
+    main thread, when it next runs Python code. A main thread blocked on a cell's future would not
+    notice it until the cell ended (a long training: never, for the user); it must within a second."""
+    import threading
+    from types import SimpleNamespace
+
+    from cbm.experiments import experiment
+
+    def cell_that_trains(cell, threads, root, running):
+        time.sleep(1)  # the main thread is blocked on the cells by now
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # the signal lands on this worker
+        end = time.monotonic() + 30
+        while not running.stopping and time.monotonic() < end:  # "training" until stopped
+            time.sleep(0.05)
+        return {"key": cell.key, "status": "failed", "seconds": None, "note": ""}
+
+    monkeypatch.setattr(experiment, "run_cell", cell_that_trains)
+    cells = [SimpleNamespace(key="c", stage="train", setting="s", model="m", seed=0)]
+    running = lifeline.Running()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        experiment._execute(cells, 1, tmp_path, {}, lambda: None, running)
+    assert running.stopping
+    assert time.monotonic() - start < 5 * experiment.SIGNAL_POLL_S + 2
