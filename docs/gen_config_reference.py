@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # griffe_rst, beside this file
+from griffe_rst import ROLE  # noqa: E402  (the API pages' reST-role rewrite)
+
 OUT = ROOT / "docs" / "reference" / "configuration.md"
 
 #: (group title, how it is set, [(key prefix, "module:Class")...]); every schema a command reads.
@@ -378,7 +381,8 @@ def code(text: str) -> str:
 
 
 def cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One table cell: one line, reST roles as code spans (as the API pages show them), pipes escaped."""
+    return " ".join(ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1] if '`~' in m.group(0) else m.group(1)}`", text).split()).replace("|", "\\|")
 
 
 def anchor(cls: type) -> str:

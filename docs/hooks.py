@@ -31,6 +31,15 @@ def public_modules(root: Path = ROOT) -> list[str]:
     return sorted(set(names))
 
 
+def by_package(names: list[str]) -> dict[str, list[str]]:
+    """The module names grouped by their first two parts (``cbm.models``), in order."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        parts = n.split(".")
+        groups.setdefault(".".join(parts[:2]) if len(parts) > 1 else parts[0], []).append(n)
+    return groups
+
+
 def module_page(name: str) -> str:
     return f"# `{name}`\n\n::: {name}\n    options:\n      show_root_heading: false\n"
 
@@ -43,11 +52,7 @@ def index_page(names: list[str]) -> str:
         "functions; names starting with `_` are left out). The command-line side is documented in the",
         "guides and every config key in the [configuration reference](../configuration.md).",
     ]
-    groups: dict[str, list[str]] = {}
-    for n in names:
-        parts = n.split(".")
-        groups.setdefault(".".join(parts[:2]) if len(parts) > 1 else parts[0], []).append(n)
-    for group, members in groups.items():
+    for group, members in by_package(names).items():
         lines += ["", f"## `{group}`", ""]
         lines += [f"- [`{m}`]({m}.md)" for m in members]
     return "\n".join(lines) + "\n"
@@ -67,3 +72,28 @@ def on_files(files, config):  # noqa: ARG001 (mkdocs hook signature)
     for path, text in api_pages().items():
         files.append(File.generated(config, path, content=text))
     return files
+
+
+def api_nav(names: list[str]) -> list:
+    """The API section of the nav: the index, then one collapsed section per package group, so each
+    module page shows its members in the left column (``toc.integrate``) like every other page."""
+    groups = by_package(names)
+    nav: list = [{"Overview": f"{API_DIR}/index.md"}]
+    nav += [{group: [{m: f"{API_DIR}/{m}.md"} for m in members]} for group, members in groups.items()]
+    return nav
+
+
+def on_config(config):
+    """Put every API module page into the nav under Reference / API."""
+
+    def fill(items: list) -> None:
+        for i, item in enumerate(items):
+            if isinstance(item, dict):
+                for title, value in item.items():
+                    if value == f"{API_DIR}/index.md":
+                        items[i] = {title: api_nav(public_modules())}
+                    elif isinstance(value, list):
+                        fill(value)
+
+    fill(config["nav"])
+    return config

@@ -130,6 +130,33 @@ def test_every_public_module_has_an_api_page():
     for m in modules:
         assert f"::: {m}\n" in pages.get(f"reference/api/{m}.md", ""), m
         assert f"({m}.md)" in pages["reference/api/index.md"], m
+    # and in the nav, so each module page lists its members in the left column
+    config = {"nav": [{"Reference": [{"Configuration": "reference/configuration.md"}, {"API": "reference/api/index.md"}]}]}
+    api = hooks.on_config(config)["nav"][0]["Reference"][1]["API"]
+    in_nav = [path for group in api[1:] for members in group.values() for m in members for path in m.values()]
+    assert api[0] == {"Overview": "reference/api/index.md"}
+    assert sorted(in_nav) == sorted(f"reference/api/{m}.md" for m in modules)
+
+
+def test_docstrings_read_as_markdown_on_the_api_pages():
+    """reST roles become code spans and doctest runs fenced blocks without their directives."""
+    rst = _load(ROOT / "docs" / "griffe_rst.py", "griffe_rst")
+    text = (
+        "Uses :class:`~cbm.models.cbm.CBM` and :meth:`prepare_batch`.\n\n"
+        ">>> grid = run_grid(model,\n...                 ks=[0, 1])     # doctest: +SKIP\n>>> grid.save(d)\n"
+        "After."
+    )
+    assert rst.markdown(text).splitlines() == [
+        "Uses `CBM` and `prepare_batch`.",
+        "",
+        "```pycon",
+        ">>> grid = run_grid(model,",
+        "...                 ks=[0, 1])",
+        ">>> grid.save(d)",
+        "```",
+        "After.",
+    ]
+    assert rst.markdown("no roles, ``literal`` kept") == "no roles, ``literal`` kept"
 
 
 def test_version_is_the_distributions():
