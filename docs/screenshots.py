@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         print("screenshots: chromium not found (Debian: apt-get install -y chromium)", file=sys.stderr)
         return 2
     if not args.no_build:
-        subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--quiet"], cwd=ROOT, check=True)
+        subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--quiet"], cwd=ROOT, check=True,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
