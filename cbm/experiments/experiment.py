@@ -19,12 +19,13 @@ import shutil
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cbm.concurrency import drain
 from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
@@ -37,10 +38,6 @@ from synthetic.atomic import ensure_dir
 
 #: Name of the experiment's manifest (cells, their status and wall times) in its directory.
 MANIFEST = "experiment.json"
-#: Seconds between the main thread's checks for a Ctrl-C while cells run. A signal the kernel hands
-#: to another thread is only seen when the main thread next runs Python code, so it never blocks
-#: for longer than this.
-SIGNAL_POLL_S = 0.5
 
 
 def validate(cfg: DictConfig | dict) -> ExperimentConfig:
@@ -197,15 +194,10 @@ def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, 
 
     for stage in ("train", "intervene", "automate"):  # every training before the analyses
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            try:
-                futures = {pool.submit(one, c) for c in cells if c.stage == stage}
-                while futures:
-                    done_now, futures = wait(futures, timeout=SIGNAL_POLL_S, return_when=FIRST_EXCEPTION)
-                    for fut in done_now:
-                        fut.result()  # a cell's error (never a cell's failure: that is its record)
+            try:  # a cell's error is raised here (never a cell's failure: that is its record)
+                drain(pool, [pool.submit(one, c) for c in cells if c.stage == stage])
             except BaseException:
                 running.stop_all()
-                pool.shutdown(wait=False, cancel_futures=True)
                 raise
 
 

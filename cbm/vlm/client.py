@@ -15,10 +15,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from cbm.concurrency import drain
 from cbm.config.targets import MARK_ATTR, mark
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.cache import ReplyCache, cache_key
@@ -141,9 +142,12 @@ class ChatClient:
         bar = tqdm(total=len(requests), desc=desc, disable=not progress_bar_wanted(progress), leave=False)
         with ThreadPoolExecutor(max_workers=self.cfg.concurrency) as pool:
             futures = {pool.submit(self.try_chat, m, **params): i for i, m in enumerate(requests)}
-            for fut in as_completed(futures):
+
+            def keep(fut: Future) -> None:
                 results[futures[fut]] = fut.result()
                 bar.update(1)
+
+            drain(pool, futures, keep)  # a Ctrl-C stops at once: the queued requests are not sent
         bar.close()
         return results
 

@@ -465,6 +465,7 @@ def test_a_ctrl_c_the_kernel_hands_to_a_worker_thread_still_stops_the_experiment
     import threading
     from types import SimpleNamespace
 
+    from cbm.concurrency import POLL_S
     from cbm.experiments import experiment
 
     def cell_that_trains(cell, threads, root, running):
@@ -482,4 +483,4 @@ def test_a_ctrl_c_the_kernel_hands_to_a_worker_thread_still_stops_the_experiment
     with pytest.raises(KeyboardInterrupt):
         experiment._execute(cells, 1, tmp_path, {}, lambda: None, running)
     assert running.stopping
-    assert time.monotonic() - start < 5 * experiment.SIGNAL_POLL_S + 2
+    assert time.monotonic() - start < 5 * POLL_S + 2

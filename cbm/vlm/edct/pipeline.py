@@ -26,7 +26,7 @@ import hashlib
 import logging
 import re
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cbm.concurrency import drain
 from cbm.config.safe_paths import inside, slug, slugs
 from cbm.progress import progress_bar_wanted
 from cbm.vlm.client import ChatClient
@@ -574,10 +575,13 @@ class Pipeline:
         show = progress_bar_wanted(self.cfg.progress)
         with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool, tqdm(total=len(items), desc="edct", disable=not show, leave=False) as bar:
             futures = {pool.submit(self.run_item, iid, it, options): iid for iid, it in items}
-            for fut in as_completed(futures):
+
+            def keep(fut: Future) -> None:
                 out[futures[fut]] = fut.result()
                 bar.update(1)
                 self.write_ledger()  # after every item: a killed run loses at most what was in flight
+
+            drain(pool, futures, keep)  # a Ctrl-C stops at once: the queued items are not started
         return [out[iid] for iid, _ in items]
 
 
