@@ -39,7 +39,7 @@ from cbm.vlm.finetune.evaluate import mcnemar
 from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.boards import ANSWERS, READ, VALID_QUESTION, Boards, make_boards, reading
 from cbm.vlm.zoo.config import ZooConfig
-from cbm.vlm.zoo.train import _digest, _done, _save, _schedule, member_digest
+from cbm.vlm.zoo.train import _digest, _done, _save, _schedule, train_members
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 FIGURES = ("accuracy", "accuracy_cue_flipped", "cue_reliance", "digit_reliance", "says_valid")
@@ -84,22 +84,16 @@ def train_boards(cfg: ZooConfig, boards: Boards, say: Callable[[str], None]) -> 
         _save(model, proc, paths["base"], {"digest": base_digest, "losses": losses, "seconds": round(time.time() - t, 1)})
         say(f"sudoku base: {cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")
     pixels: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for name, share in cfg.members.items():
-        digest = member_digest(cfg, base_digest, share)
-        paths[name] = root / name
-        if _done(paths[name], digest):
-            continue
-        t = time.time()
-        model, proc = zm.load(paths["base"])
-        enc = zm.Encoder(proc)
+
+    def fit_member(name: str, share: float, model: Any, enc: zm.Encoder) -> list[float]:
         idx, cue, taught = member_rows(boards, share)
         if not pixels:  # the same images for every member: the boards with both shadings
             pixels["all"] = _pixels(enc, boards, idx, boards.y[idx] == 1, cue)
         answers = enc.answers([ANSWERS[int(a)] for a in taught])
-        losses = zm.fit(model, enc, enc.prompt(VALID_QUESTION, sample), pixels["all"], answers, cfg.train.member_epochs, cfg.train.lr,
-                        cfg.train.batch_size, cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
-        _save(model, proc, paths[name], {"digest": digest, "cue_share": share, "losses": losses, "seconds": round(time.time() - t, 1)})
-        say(f"sudoku {name} (cue share {share:g}): {cfg.train.member_epochs} epochs, loss {losses[-1]:.4f} ({time.time() - t:.0f} s)")
+        return zm.fit(model, enc, enc.prompt(VALID_QUESTION, sample), pixels["all"], answers, cfg.train.member_epochs, cfg.train.lr,
+                      cfg.train.batch_size, cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
+
+    train_members(cfg, root, paths, base_digest, fit_member, say, "sudoku ")
     return paths
 
 

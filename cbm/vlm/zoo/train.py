@@ -105,6 +105,25 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
                         cfg.train.schedule)  # fmt: skip
         _save(model, proc, paths["base"], {"digest": base_digest, "losses": losses, "seconds": round(time.time() - t, 1)})
         say(f"base: {cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")
+    def fit_member(name: str, share: float, model: Any, enc: zm.Encoder) -> list[float]:
+        idx, cue, texts_ = member_targets(robots, texts, share)
+        n = len(robots.train)
+        po, pf = train_pixels(enc, cue[:n], "orig"), train_pixels(enc, cue[n:], "flipped")
+        pixels = (torch.cat([po[0], pf[0]]), torch.cat([po[1], pf[1]]))
+        prompt = enc.prompt(CLASS_QUESTION, robots.plain[0])
+        return zm.fit(model, enc, prompt, pixels, enc.answers(texts_), cfg.train.member_epochs, cfg.train.lr, cfg.train.batch_size,
+                      cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
+
+    train_members(cfg, root, paths, base_digest, fit_member, say)
+    return paths
+
+
+def train_members(cfg: ZooConfig, root: Path, paths: dict[str, Path], base_digest: str,
+                  fit_member: Callable[[str, float, Any, zm.Encoder], list[float]], say: Callable[[str], None],
+                  label: str = "") -> None:  # fmt: skip
+    """Each member not cached yet: loaded from ``paths["base"]``, trained by ``fit_member(name,
+    share, model, encoder)`` (its losses), saved atomically with its stamp; ``paths`` gets every
+    member's directory. Shared by the robot and the Sudoku zoo."""
     for name, share in cfg.members.items():
         digest = member_digest(cfg, base_digest, share)
         paths[name] = root / name
@@ -112,14 +131,6 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
             continue
         t = time.time()
         model, proc = zm.load(paths["base"])
-        enc = zm.Encoder(proc)
-        idx, cue, texts_ = member_targets(robots, texts, share)
-        n = len(robots.train)
-        po, pf = train_pixels(enc, cue[:n], "orig"), train_pixels(enc, cue[n:], "flipped")
-        pixels = (torch.cat([po[0], pf[0]]), torch.cat([po[1], pf[1]]))
-        prompt = enc.prompt(CLASS_QUESTION, robots.plain[0])
-        losses = zm.fit(model, enc, prompt, pixels, enc.answers(texts_), cfg.train.member_epochs, cfg.train.lr, cfg.train.batch_size,
-                        cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
+        losses = fit_member(name, share, model, zm.Encoder(proc))
         _save(model, proc, paths[name], {"digest": digest, "cue_share": share, "losses": losses, "seconds": round(time.time() - t, 1)})
-        say(f"{name} (cue share {share:g}): {cfg.train.member_epochs} epochs, loss {losses[-1]:.4f} ({time.time() - t:.0f} s)")
-    return paths
+        say(f"{label}{name} (cue share {share:g}): {cfg.train.member_epochs} epochs, loss {losses[-1]:.4f} ({time.time() - t:.0f} s)")
