@@ -45,6 +45,14 @@ PAGES = [
 READY_S = 60
 
 
+def window_size(text: str) -> str:
+    """``WIDTH,HEIGHT`` in pixels (argparse refuses anything else in one line)."""
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and 100 <= int(p) <= 10000 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected WIDTH,HEIGHT in pixels (100-10000), e.g. 1400,1000")
+    return ",".join(p.strip() for p in parts)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="docs-screenshots", help="folder for the PNGs")
     ap.add_argument("--no-build", action="store_true", help="use the site/ already built")
-    ap.add_argument("--size", default="1400,1000", help="window size WIDTH,HEIGHT")
+    ap.add_argument("--size", default="1400,1000", type=window_size, help="window size WIDTH,HEIGHT")
     args = ap.parse_args(argv)
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if not browser:

@@ -292,3 +292,10 @@ def test_readme_states_the_counts():
 
 if __name__ == "__main__":
     print(textwrap.dedent(str(counts())))
+
+
+def test_the_screenshot_script_refuses_a_bad_window_size_before_any_work(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "docs" / "screenshots.py"), "--size", "abc", "--out", str(tmp_path / "shots")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].endswith("expected WIDTH,HEIGHT in pixels (100-10000), e.g. 1400,1000")
+    assert not (tmp_path / "shots").exists()
