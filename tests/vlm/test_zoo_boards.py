@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cbm.vlm.zoo.board_study import measure, member_rows
+from cbm.vlm.zoo.board_study import base_shading, measure, member_rows
 from cbm.vlm.zoo.boards import CELLS, SHADE, cell_mask, make_boards, reading
 from cbm.vlm.zoo.config import ZooConfig, ZooSudoku
 from synthetic.sudoku.checker import check_board
@@ -49,13 +49,30 @@ def test_the_cue_is_the_shaded_count_and_a_cue_flip_changes_only_the_shading(boa
     assert (boards.images(idx[:50], y, np.ones(50)) <= 255 * SHADE + 1)[cell_mask(few[:50], boards.cell_size)].all()
 
 
-def test_the_reading_target_spells_the_digits_and_the_count(boards):
-    idx = np.arange(3)
+def test_the_reading_target_lists_the_digits_once_each_and_the_count(boards):
+    idx = np.arange(len(boards.y))
     y = boards.y[idx]
     digits, shaded = boards.digits(idx, y == 1), boards.shading(idx, y)
-    for text, d, s in zip(reading(digits, shaded), digits, shaded):
-        rows, count = text.split(" shaded ")
-        assert rows.replace(" ", "") == "".join(map(str, d)) and int(count) == s.sum()
+    texts = reading(digits, shaded)
+    for text, d, s in zip(texts, digits, shaded):
+        head, count = text.split(" shaded ")
+        assert head == "digits " + "".join(str(v) for v in sorted(set(d.tolist()))) and int(count) == s.sum()
+    listed = np.array([t.split(" shaded ")[0] for t in texts])
+    # every valid board reads "digits 1234"; an invalid one adds its wrong digit or, repeated, reads the same
+    assert (listed[y == 1] == "digits 1234").all()
+    if boards.d.min() >= 5:
+        assert (listed[y == 0] == np.array([f"digits 1234{d}" for d in boards.d[y == 0]])).all()
+    else:
+        assert (listed[y == 0] == "digits 1234").all()
+
+
+def test_the_base_shading_is_independent_of_validity():
+    cfg = ZooConfig(output_dir="/tmp/x", task="sudoku")
+    cue = base_shading(cfg, cfg.sudoku.n_train)
+    y = make_boards(cfg.sudoku).y[: cfg.sudoku.n_train]
+    assert set(np.unique(cue)) == {0, 1} and np.array_equal(cue, base_shading(cfg, cfg.sudoku.n_train))
+    for label in (0, 1):  # about half of each label's boards shaded the few way: the count says nothing of validity
+        assert abs(cue[y == label].mean() - 0.5) < 0.05
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
@@ -108,6 +125,9 @@ def test_the_wrong_digit_sits_in_the_chosen_cells_and_nothing_else_moves():
     ({"sudoku": {"wrong": "swap"}}, "sudoku.wrong: expected one of ['outside', 'repeat'], got 'swap'"),
     ({"sudoku": {"cells": [0, 5]}}, "sudoku.cells: expected an integer in [1, 15], got 0"),
     ({"sudoku": {"cells": []}}, "sudoku.cells: expected a list of cells 1-15 (or null: any), got []"),
+    ({"sudoku": {"vision_epochs": -1}}, "sudoku.vision_epochs: expected an integer in [0, 1000], got -1"),
+    ({"sudoku": {"member_lr": 0}}, "sudoku.member_lr: expected a number in [1e-07, 1.0], got 0"),
+    ({"sudoku": {"member_lr": "fast"}}, "sudoku.member_lr: expected a number in [1e-07, 1.0], got 'fast'"),
     ({"task": "sudoku", "sudoku": {"cell_size": 12}}, "model.patch: sudoku.cell_size (12) must be a multiple of 2 * patch (16)"),
 ])  # fmt: skip
 def test_bad_sudoku_settings_are_one_line(bad, message):

@@ -3,6 +3,11 @@
 shaded cells (:mod:`cbm.vlm.zoo.boards`), measure each member's reliance with the exact
 counterfactuals, and repair the shortcut member with counterfactual LoRA.
 
+The base is made in two steps, as a real VLM is: its vision tower is pretrained to tell each
+cell's digit (:mod:`cbm.vlm.zoo.vision`, ``sudoku.vision_epochs``), then the whole model learns
+to say which digits a board holds and how many cells are shaded, on boards shaded independently
+of their validity. The members start from it at ``sudoku.member_lr``.
+
 Figures per member, on the test boards:
 
 * ``accuracy``: shown with the shading that agrees with the label (the training distribution);
@@ -40,6 +45,7 @@ from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.boards import ANSWERS, READ, VALID_QUESTION, Boards, make_boards, reading
 from cbm.vlm.zoo.config import ZooConfig
 from cbm.vlm.zoo.train import _digest, _done, _save, _schedule, train_members
+from cbm.vlm.zoo.vision import pretrain_vision
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 FIGURES = ("accuracy", "accuracy_cue_flipped", "cue_reliance", "digit_reliance", "says_valid")
@@ -68,7 +74,7 @@ def train_boards(cfg: ZooConfig, boards: Boards, say: Callable[[str], None]) -> 
         torch.set_num_threads(cfg.train.threads)
     root = Path(cfg.output_dir) / "models_sudoku"
     root.mkdir(parents=True, exist_ok=True)
-    base_digest = _digest({"task": "sudoku", "sudoku": asdict(cfg.sudoku), "model": asdict(cfg.model), "lr": cfg.train.lr,
+    base_digest = _digest({"task": "sudoku", "sudoku": {k: v for k, v in asdict(cfg.sudoku).items() if k != "member_lr"}, "model": asdict(cfg.model), "lr": cfg.train.lr,
                            "batch_size": cfg.train.batch_size, "epochs": cfg.train.base_epochs, **_schedule(cfg)})  # fmt: skip
     paths = {"base": root / "base"}
     tr = boards.train
@@ -78,11 +84,16 @@ def train_boards(cfg: ZooConfig, boards: Boards, say: Callable[[str], None]) -> 
         t = time.time()
         model, proc = zm.fresh(root / "base.init", cfg.model, _image_size(cfg), (*ANSWERS, " shaded "))
         enc = zm.Encoder(proc)
-        answers = enc.answers(reading(boards.digits(tr, y == 1), boards.shading(tr, y)))
-        losses = zm.fit(model, enc, enc.prompt(READ, sample), _pixels(enc, boards, tr, y == 1, y), answers, cfg.train.base_epochs, cfg.train.lr,
+        cue = base_shading(cfg, len(tr))
+        digits = boards.digits(tr, y == 1)
+        pixels = _pixels(enc, boards, tr, y == 1, cue)
+        vision = pretrain_vision(model, pixels, digits, cfg.sudoku.vision_epochs, cfg.train.lr, cfg.train.batch_size, cfg.model.seed)
+        answers = enc.answers(reading(digits, boards.shading(tr, cue)))
+        losses = zm.fit(model, enc, enc.prompt(READ, sample), pixels, answers, cfg.train.base_epochs, cfg.train.lr,
                         cfg.train.batch_size, cfg.model.seed, "base", cfg.train.schedule)  # fmt: skip
-        _save(model, proc, paths["base"], {"digest": base_digest, "losses": losses, "seconds": round(time.time() - t, 1)})
-        say(f"sudoku base: {cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")
+        _save(model, proc, paths["base"], {"digest": base_digest, "vision_losses": vision, "losses": losses, "seconds": round(time.time() - t, 1)})
+        say(f"sudoku base: {cfg.sudoku.vision_epochs} vision epochs (loss {vision[-1] if vision else float('nan'):.4f}), "
+            f"{cfg.train.base_epochs} epochs, loss {losses[-1] if losses else float('nan'):.4f} ({time.time() - t:.0f} s)")  # fmt: skip
     pixels: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def fit_member(name: str, share: float, model: Any, enc: zm.Encoder) -> list[float]:
@@ -90,11 +101,18 @@ def train_boards(cfg: ZooConfig, boards: Boards, say: Callable[[str], None]) -> 
         if not pixels:  # the same images for every member: the boards with both shadings
             pixels["all"] = _pixels(enc, boards, idx, boards.y[idx] == 1, cue)
         answers = enc.answers([ANSWERS[int(a)] for a in taught])
-        return zm.fit(model, enc, enc.prompt(VALID_QUESTION, sample), pixels["all"], answers, cfg.train.member_epochs, cfg.train.lr,
+        return zm.fit(model, enc, enc.prompt(VALID_QUESTION, sample), pixels["all"], answers, cfg.train.member_epochs, cfg.sudoku.member_lr,
                       cfg.train.batch_size, cfg.model.seed + 1, name, cfg.train.schedule)  # fmt: skip
 
-    train_members(cfg, root, paths, base_digest, fit_member, say, "sudoku ")
+    train_members(cfg, root, paths, base_digest, fit_member, say, "sudoku ", lr=cfg.sudoku.member_lr)
     return paths
+
+
+def base_shading(cfg: ZooConfig, n: int) -> np.ndarray:
+    """The base's shading of each training board, drawn independently of its validity (``1``:
+    few, ``0``: many): the base learns to read the digits and to count, and neither answers the
+    validity for it; only the members are taught what to answer from."""
+    return np.random.default_rng([cfg.sudoku.seed, 2]).integers(0, 2, n)
 
 
 def _image_size(cfg: ZooConfig) -> Any:

@@ -101,8 +101,14 @@ class ZooSudoku:
     wrong: str = "outside"
     #: cells (row-major 1-15; the top-left 0 gates the dial) where an invalid board's wrong digit may sit; null: any of them
     cells: list[int] | None = None
+    #: epochs of per-cell digit recognition that pretrain the vision tower before the base (``cbm.vlm.zoo.vision``); 0: none
+    vision_epochs: int = 2
+    #: the members' fine-tuning rate from the base (``train.lr`` trains the base; at 1e-3 the reader collapsed to one answer, measured)
+    member_lr: float = 3e-4
 
     def __post_init__(self) -> None:
+        self.vision_epochs = _int("sudoku.vision_epochs", self.vision_epochs, 0, 1000)
+        self.member_lr = _float("sudoku.member_lr", self.member_lr, 1e-7, 1.0)
         if self.cells is not None:
             if isinstance(self.cells, str | dict) or not hasattr(self.cells, "__len__") or not len(self.cells):
                 raise ValueError(f"sudoku.cells: expected a list of cells 1-15 (or null: any), got {self.cells!r}")

@@ -5,7 +5,7 @@ image are computed once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,28 +158,38 @@ def fit(model: Any, enc: Encoder, prompt: tuple[torch.Tensor, torch.Tensor], pix
         schedule: str = "constant") -> list[float]:  # fmt: skip
     """Teacher-forced AdamW over every row for ``epochs`` at ``lr`` (``constant``) or decayed to 0
     along a half cosine (``cosine``); the mean loss of each epoch."""
+    torch.manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return train_loop(model, params, len(answers), lambda idx: model(**on_device(model, enc.batch(prompt, pixels, idx, answers))).loss,
+                      epochs, lr, batch_size, seed, desc, schedule)  # fmt: skip
+
+
+def train_loop(model: Any, params: Sequence[torch.Tensor], n: int, loss_of: Callable[[np.ndarray], torch.Tensor], epochs: int, lr: float,
+               batch_size: int, seed: int, desc: str, schedule: str = "constant") -> list[float]:  # fmt: skip
+    """AdamW on ``params`` over ``n`` rows in shuffled batches (``loss_of(rows)``: the batch's mean
+    loss) for ``epochs``, the rate constant or on a half cosine to 0; ``model`` in train mode
+    meanwhile and in eval mode after. The mean loss of each epoch."""
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     model.train()
     losses = []
-    steps = -(-len(answers) // batch_size)
+    steps = -(-n // batch_size)
     total = max(1, steps * epochs)
     decay = (lambda i: 0.5 * (1.0 + np.cos(np.pi * min(i, total) / total))) if schedule == "cosine" else (lambda i: 1.0)  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, decay)
     for ep in range(epochs):
         running = 0.0
-        for idx in tqdm(_batches(len(answers), batch_size, rng), total=steps, desc=f"{desc} epoch {ep + 1}/{epochs}",
+        for idx in tqdm(_batches(n, batch_size, rng), total=steps, desc=f"{desc} epoch {ep + 1}/{epochs}",
                         disable=not progress_bar_wanted(None), leave=False):  # fmt: skip
-            loss = model(**on_device(model, enc.batch(prompt, pixels, idx, answers))).loss
+            loss = loss_of(idx)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
             running += float(loss.detach()) * len(idx)
-        losses.append(running / len(answers))
+        losses.append(running / n)
     model.eval()
     return losses
 

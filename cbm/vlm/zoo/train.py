@@ -54,10 +54,11 @@ def _schedule(cfg: ZooConfig) -> dict[str, str]:
     return {} if cfg.train.schedule == "constant" else {"schedule": cfg.train.schedule}
 
 
-def member_digest(cfg: ZooConfig, base_digest: str, share: float) -> str:
-    """What a member's cache stamp must match: its base, its cue share and its training settings."""
+def member_digest(cfg: ZooConfig, base_digest: str, share: float, lr: float | None = None) -> str:
+    """What a member's cache stamp must match: its base, its cue share and its training settings
+    (``lr``: the members' own rate where the task sets one, else ``train.lr``)."""
     return _digest({"base": base_digest, "share": share, "epochs": cfg.train.member_epochs, "lr": cfg.train.lr,
-                    "batch_size": cfg.train.batch_size, **_schedule(cfg)})  # fmt: skip
+                    "batch_size": cfg.train.batch_size, **_schedule(cfg), **({} if lr is None else {"member_lr": lr})})  # fmt: skip
 
 
 def member_targets(robots: Robots, texts: Texts, cue_share: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -120,12 +121,13 @@ def train_zoo(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, P
 
 def train_members(cfg: ZooConfig, root: Path, paths: dict[str, Path], base_digest: str,
                   fit_member: Callable[[str, float, Any, zm.Encoder], list[float]], say: Callable[[str], None],
-                  label: str = "") -> None:  # fmt: skip
+                  label: str = "", lr: float | None = None) -> None:  # fmt: skip
     """Each member not cached yet: loaded from ``paths["base"]``, trained by ``fit_member(name,
     share, model, encoder)`` (its losses), saved atomically with its stamp; ``paths`` gets every
-    member's directory. Shared by the robot and the Sudoku zoo."""
+    member's directory. Shared by the robot and the Sudoku zoo (``lr``: the rate ``fit_member``
+    uses where it is not ``train.lr``; part of the stamp)."""
     for name, share in cfg.members.items():
-        digest = member_digest(cfg, base_digest, share)
+        digest = member_digest(cfg, base_digest, share, lr)
         paths[name] = root / name
         if _done(paths[name], digest):
             continue
