@@ -258,10 +258,10 @@ def figure(rows: dict[str, dict[str, Any]], rep: dict[str, Any], path: Path) -> 
         dig.append(rep["digit_reliance"]["after"])
     x = np.arange(len(names))
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 3.6))
-    ax.bar(x - 0.2, dig, 0.4, label="digit reliance (follows a digit flip)")
-    ax.bar(x + 0.2, cue, 0.4, label="cue reliance (follows a shading flip)")
-    ax.set(xticks=x, xticklabels=names, ylim=(0, 1.05), ylabel="share of counterfactuals", title="Sudoku boards: does the member read the digits?")
-    ax.legend(fontsize=8, loc="upper center")
+    for shift, values, label in ((-0.2, dig, "digit reliance (follows a digit flip)"), (0.2, cue, "cue reliance (follows a shading flip)")):
+        ax.bar_label(ax.bar(x + shift, values, 0.4, label=label), fmt="%.2f", fontsize=8)  # a zero is shown as 0.00, not as nothing
+    ax.set(xticks=x, xticklabels=names, ylim=(0, 1.12), ylabel="share of counterfactuals", title="Sudoku boards: does the member read the digits?")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=120)
