@@ -87,7 +87,8 @@ def train_boards(cfg: ZooConfig, boards: Boards, say: Callable[[str], None]) -> 
         cue = base_shading(cfg, len(tr))
         digits = boards.digits(tr, y == 1)
         pixels = _pixels(enc, boards, tr, y == 1, cue)
-        vision = pretrain_vision(model, pixels, digits, cfg.sudoku.vision_epochs, cfg.train.lr, cfg.train.batch_size, cfg.model.seed)
+        vision = pretrain_vision(model, pixels, digits, cfg.sudoku.vision_epochs, cfg.train.lr, cfg.train.batch_size, cfg.model.seed,
+                                 schedule=cfg.train.schedule)
         answers = enc.answers(reading(digits, boards.shading(tr, cue)))
         losses = zm.fit(model, enc, enc.prompt(READ, sample), pixels, answers, cfg.train.base_epochs, cfg.train.lr,
                         cfg.train.batch_size, cfg.model.seed, "base", cfg.train.schedule)  # fmt: skip

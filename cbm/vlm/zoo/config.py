@@ -159,9 +159,10 @@ class ZooTrain:
     """AdamW on whole models: the base for ``base_epochs`` over the training robots, then each
     member for ``member_epochs`` over the robots and their cue-flipped copies."""
 
+    #: learning rate of the base and the robot members (Sudoku: the vision step and the base; its members use ``sudoku.member_lr``)
     lr: float = 1e-3
     batch_size: int = 32
-    #: Epochs of the shared base (describes robots / reads boards); 0: members start from its random init.
+    #: Epochs of the shared base (describes robots / reads boards); 0: members start from its random init (Sudoku: after ``sudoku.vision_epochs``).
     base_epochs: int = 3
     #: Epochs (>= 1) of each member's fine-tuning from the base on the task question (class / board validity).
     member_epochs: int = 3

@@ -26,9 +26,10 @@ def image_tokens(model: torch.nn.Module, pixel_values: torch.Tensor, grid: torch
 
 
 def pretrain_vision(model: torch.nn.Module, pixels: tuple[torch.Tensor, torch.Tensor], labels: np.ndarray, epochs: int, lr: float,
-                    batch_size: int, seed: int, desc: str = "vision") -> list[float]:  # fmt: skip
+                    batch_size: int, seed: int, desc: str = "vision", schedule: str = "constant") -> list[float]:  # fmt: skip
     """Train the vision tower with a linear head on ``labels`` (``int [n_images, tokens]``, one
-    class per merged image token) by AdamW for ``epochs``; the mean loss of each epoch.
+    class per merged image token) by AdamW for ``epochs`` (rate ``constant`` or on a half
+    ``cosine``); the mean loss of each epoch.
 
     ``pixels`` is ``(pixel_values [n, patches, dim], image_grid_thw [n, 3])`` as the zoo's encoder
     makes them. Only the tower's parameters move; the head is discarded."""
@@ -37,14 +38,16 @@ def pretrain_vision(model: torch.nn.Module, pixels: tuple[torch.Tensor, torch.Te
     if target.ndim != 2 or len(target) != len(grid):
         raise ValueError(f"pretrain_vision: labels must be [n_images, tokens] for {len(grid)} images, got {tuple(target.shape)}")
     torch.manual_seed(seed)
-    hidden = image_tokens(model, pv[:1], grid[:1]).shape[-1]
+    with torch.no_grad():
+        tokens, hidden = image_tokens(model, pv[:1], grid[:1]).shape[1:]
+    if tokens != target.shape[1]:
+        raise ValueError(f"pretrain_vision: {tokens} image tokens per image, {target.shape[1]} labels")
     head = torch.nn.Linear(hidden, int(target.max()) + 1)
 
     def loss_of(idx: np.ndarray) -> torch.Tensor:
         rows = torch.as_tensor(idx)
         logits = head(image_tokens(model, pv[rows], grid[rows]))
-        if logits.shape[1] != target.shape[1]:
-            raise ValueError(f"pretrain_vision: {logits.shape[1]} image tokens per image, {target.shape[1]} labels")
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target[rows].reshape(-1))
 
-    return train_loop(model, [*model.model.visual.parameters(), *head.parameters()], len(target), loss_of, epochs, lr, batch_size, seed, desc)
+    tower = [*model.model.visual.parameters(), *head.parameters()]
+    return train_loop(model, tower, len(target), loss_of, epochs, lr, batch_size, seed, desc, schedule)
