@@ -87,7 +87,8 @@ class ZooData:
 class ZooSudoku:
     """The boards of ``task=sudoku`` (:mod:`cbm.vlm.zoo.boards`): full 4x4 grids, half made invalid
     by one wrong digit, with ``few`` shaded cells on valid training boards and ``many`` on invalid
-    ones (inclusive ranges; the cue agrees with the label on every training and test board)."""
+    ones (inclusive ranges; the cue agrees with the label on every training and test board; the
+    base alone is shown shadings drawn independently of validity)."""
 
     n_train: int = 6000
     n_test: int = 1000
