@@ -133,7 +133,7 @@ class TabularMLP(Backbone):
         self.out_dim = cfg.out_dim
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x.float())
+        return self.net(x.to(next(self.net.parameters()).dtype))  # the weights' dtype: a float64 model reads float64
 
 
 @register_backbone("mlp")

@@ -278,14 +278,15 @@ class ECBM(ConceptModel):
         return c.shape[1] * masked_mean(bce, observed)
 
     def extra_losses(self, batch: Batch, state: ConceptState, y_logits: Tensor) -> dict[str, Tensor]:
-        """Global energy loss on the annotated concepts, a random subset of them flipped."""
+        """Global energy loss on the annotated concepts, a random subset of them flipped (training mode)."""
         if self.cfg.global_loss_weight <= 0:
             return {}
         c = batch["c"].to(state.probs)
-        flip = (torch.rand_like(c[:, :1]) < self.cfg.perturb_sample_prob) & (
-            torch.rand_like(c) < self.cfg.perturb_concept_prob
-        )
-        c = torch.where(flip, 1 - c, c)
+        if self.training:  # an augmentation: an eval-mode loss draws no random numbers
+            flip = (torch.rand_like(c[:, :1]) < self.cfg.perturb_sample_prob) & (
+                torch.rand_like(c) < self.cfg.perturb_concept_prob
+            )
+            c = torch.where(flip, 1 - c, c)
         g0, g = self._global_affine()
         e_cy = self._energy((g0 + c @ g).unsqueeze(1), self._class_emb(), self.head_cy.weight[0], self.head_cy.bias)
         return {"global_loss": self.cfg.global_loss_weight * F.cross_entropy(-e_cy, batch["y"])}

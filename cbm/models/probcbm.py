@@ -105,12 +105,16 @@ class ProbCBM(ConceptModel):
         """Reparameterised samples ``[B,S,m,d]`` from ``[B,m,d]`` moments and ``eps [B or 1,S,m,d]``."""
         return mean.unsqueeze(1) + std.unsqueeze(1) * eps
 
-    def concept_probs(self, samples: Tensor) -> Tensor:
-        """MC mean ``[B,m]`` of the prototype-distance probability (Eq. 3)."""
+    def concept_sample_logits(self, samples: Tensor) -> Tensor:
+        """``[B,S,m]`` logit of the prototype-distance probability of every sample (Eq. 3)."""
         protos = self.concept_prototypes()
         sq = samples.pow(2).sum(-1).unsqueeze(2) - 2 * torch.einsum("bsmd,kmd->bskm", samples, protos) + 1.0
         dist = torch.sqrt(sq.clamp_min(0) + 1e-6)  # [B,S,2,m]; |a|^2 = 1 (unit prototypes)
-        return torch.sigmoid(self.concept_scale * (dist[:, :, 0] - dist[:, :, 1])).mean(1)
+        return self.concept_scale * (dist[:, :, 0] - dist[:, :, 1])
+
+    def concept_probs(self, samples: Tensor) -> Tensor:
+        """MC mean ``[B,m]`` of the prototype-distance probability (Eq. 3)."""
+        return torch.sigmoid(self.concept_sample_logits(samples)).mean(1)
 
     def class_embedding(self, samples: Tensor) -> Tensor:
         """``[B,S,H]`` class-space embedding of samples ``[B,S,m,d]`` (linear in every concept's sample)."""
@@ -244,10 +248,23 @@ class ProbCBM(ConceptModel):
         return self.class_log_probs(samples)
 
     def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
-        """BCE on the MC-mean probabilities (reference ``MCBCELoss``), over the annotated entries."""
-        if observed is None:
-            return F.binary_cross_entropy(state.probs, c)
-        return masked_mean(F.binary_cross_entropy(state.probs, c, reduction="none"), observed)
+        """BCE on the MC-mean probabilities (reference ``MCBCELoss``), over the annotated entries.
+
+        Computed from the samples' logits ``z``, at least in float32: ``log p = logsumexp_s
+        logsigmoid(z_s) - log S`` and ``log(1 - p) = logsumexp_s logsigmoid(-z_s) - log S``, each
+        clamped at -100 as ``F.binary_cross_entropy`` clamps its logs: the same loss, without a
+        ``log(1 - p)`` that rounds to ``log 0`` near ``p = 1`` in bf16, and an op CUDA's autocast
+        accepts (it refuses ``binary_cross_entropy`` on probabilities as unsafe)."""
+        samples = state.extras.get("samples")
+        if samples is None:  # encoded in eval mode: the fixed inference draws, as ``encode``'s probs
+            samples = self.sample(state.extras["mean"], state.extras["std"], self.eps_infer.unsqueeze(0))
+        z = self.concept_sample_logits(samples)
+        z = z.to(torch.promote_types(z.dtype, torch.float32))
+        log_n = math.log(z.shape[1])
+        log_p = (torch.logsumexp(F.logsigmoid(z), dim=1) - log_n).clamp_min(-100.0)
+        log_q = (torch.logsumexp(F.logsigmoid(-z), dim=1) - log_n).clamp_min(-100.0)
+        c = c.to(z.dtype)
+        return masked_mean(-(c * log_p + (1 - c) * log_q), None if observed is None else observed.to(z.dtype))
 
     def warming_up(self) -> bool:
         """Within ``warmup_epochs`` of training: samples are the means and there is no KL term."""

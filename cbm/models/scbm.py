@@ -98,11 +98,16 @@ class StochasticCBM(ConceptModel):
         inputs = self.concept_input(features)
         return self._state(self.mean(inputs), self.cholesky_factor(inputs), features=features)
 
+    def draws(self, state: ConceptState) -> Tensor:
+        """``[B, S, m]`` concept-logit samples of ``state``: a training state's own draws (one set for
+        the concept and the task likelihoods), else the fixed inference draws from its moments (an
+        eval-mode or intervened state keeps none: the engine repeats states, and ``S`` x their size)."""
+        eta = state.extras.get(ETA)
+        return self.sample_logits(state.extras[MU], state.extras[CHOL]) if eta is None else eta
+
     def predict(self, state: ConceptState) -> Tensor:
         """Log of the Monte-Carlo mean class probability (a valid logit: its softmax is that mean)."""
-        eta = state.extras.get(ETA)
-        if eta is None:
-            eta = self.sample_logits(state.extras[MU], state.extras[CHOL])
+        eta = self.draws(state)
         s = eta.shape[1]
         sampled = torch.where(state.intervened[:, None], state.probs[:, None], torch.sigmoid(eta))  # a set concept is its value
         logp = F.log_softmax(self.head(sampled * self.concept_keep), dim=-1)  # [B, S, C]
@@ -123,8 +128,9 @@ class StochasticCBM(ConceptModel):
 
     # ------------------------------------------------------------------ training
     def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
-        """``-log mean_s p(c | eta_s)`` per example, per concept (the joint, not independent BCEs)."""
-        eta = state.extras[ETA]  # [B, S, m]
+        """``-log mean_s p(c | eta_s)`` per example, per concept (the joint, not independent BCEs).
+        An eval-mode state (no training draws) is scored on the inference draws ``predict`` reads."""
+        eta = self.draws(state)  # [B, S, m]
         bce = F.binary_cross_entropy_with_logits(eta, c[:, None].expand_as(eta), reduction="none")
         if observed is not None:
             bce = bce * observed[:, None]
@@ -140,7 +146,7 @@ class StochasticCBM(ConceptModel):
         (tabular robots: k=0 100% but every concept set 96.3%); per-concept RandInt at 0.25 (CEM's)
         still left 91.4% at k=max on the contract test's data."""
         p = self.cfg.train_intervention_prob
-        if p <= 0:
+        if p <= 0 or not self.training:  # as CEM's RandInt: an eval-mode loss draws no random numbers
             return self.predict(state)
         mask = (torch.rand(state.batch_size, 1, device=state.probs.device) < p).expand_as(state.probs)
         given = replace(state, probs=torch.where(mask, batch["c"].to(state.probs), state.probs), intervened=state.intervened | mask)

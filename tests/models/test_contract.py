@@ -254,6 +254,15 @@ def short_run_optim(name: str) -> dict:
     return {"lr": 0.02, "head_lr": 0.1} if name == "scbm" else {"lr": 0.02}
 
 
+def short_run_model(name: str):
+    """The short runs' model on tabular robot-rule data (a CBM with conf/model/cbm.yaml's independent
+    training). One definition for the CPU, bf16 and CUDA short runs: the GPU tests once built SCBM
+    with the shared rate alone and trained it to 92.6% / 92.8% (k=0 / k=7), the CPU's numbers for
+    those settings too, not a device effect."""
+    over = {"training": "independent"} if name == "cbm" else {}
+    return make(name, TABULAR, optim=short_run_optim(name), **over)
+
+
 def fit(model, dm: SyntheticDataModule, epochs: int) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     trainer = L.Trainer(
@@ -280,8 +289,7 @@ def test_short_run_beats_majority_and_true_interventions_reach_99(name, one_thre
     data = robot_rule_data()
     L.seed_everything(0, verbose=False)
     dm = SyntheticDataModule(lambda: data, batch_size=100)
-    over = {"training": "independent"} if name == "cbm" else {}  # conf/model/cbm.yaml's default
-    model = make(name, TABULAR, optim=short_run_optim(name), **over)
+    model = short_run_model(name)
     fit(model, dm, epochs=12)
     majority, k0, accs = evaluate(model, dm)
     assert k0 > majority + 0.05, (name, k0, majority)

@@ -18,6 +18,7 @@ from test_contract import (
     inputs,
     make,
     robot_rule_data,
+    short_run_model,
 )
 
 from synthetic.datamodule import SyntheticDataModule
@@ -37,8 +38,37 @@ def exact_fp32():
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def to(batch: dict[str, torch.Tensor], device: str) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
+def to(batch: dict[str, torch.Tensor], device: str, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """``batch`` on ``device``; its floating tensors also in ``dtype`` when given (labels stay long)."""
+    return {k: v.to(device, dtype) if dtype is not None and v.is_floating_point() else v.to(device) for k, v in batch.items()}
+
+
+def training_step(
+    name: str, info: dict, device: str, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+    """An eval-mode (BatchNorm frozen, no dropout, no training draws) loss + backward of a fresh
+    ``make(name, info)`` on ``device`` in ``dtype``: the loss and every parameter's gradient, on the
+    CPU in float32 (``None`` where no gradient reaches a parameter in this mode)."""
+    model = make(name, info, **NO_RANDOMNESS.get(name, {})).eval().to(device, dtype)
+    loss = model.compute_losses(to(batch_for(info), device, dtype))[0]["loss"]
+    loss.backward()
+    grads = {n: None if p.grad is None else p.grad.detach().float().cpu() for n, p in model.named_parameters()}
+    return loss.detach().float().cpu(), grads
+
+
+def assert_training_steps_match(name: str, info: dict, device: str, dtype: torch.dtype = torch.float32) -> None:
+    """The float32 CPU step and the step on ``device`` in ``dtype`` give the same loss and the same
+    gradients; a parameter without a gradient must have none on both sides (IntCEM's policy ``psi``
+    learns in the rollout, which an eval-mode step does not run)."""
+    loss, grads = training_step(name, info, "cpu")
+    loss_dev, grads_dev = training_step(name, info, device, dtype)
+    torch.testing.assert_close(loss_dev, loss, atol=1e-4, rtol=1e-4)
+    assert grads_dev.keys() == grads.keys()
+    for pname, g in grads.items():
+        g_dev = grads_dev[pname]
+        assert (g is None) == (g_dev is None), f"{name}: gradient of {pname} on one side only"
+        if g is not None:
+            torch.testing.assert_close(g_dev, g, atol=1e-4, rtol=1e-3, msg=pname)
 
 
 @pytest.mark.parametrize("info", [TABULAR, IMAGE], ids=["tabular", "image"])
@@ -66,18 +96,9 @@ def test_encode_intervene_predict_match_cpu(name, info):
 @pytest.mark.parametrize("info", [TABULAR, IMAGE], ids=["tabular", "image"])
 @pytest.mark.parametrize("name", ARCHS)
 def test_training_step_loss_and_gradients_match_cpu(name, info):
-    """One loss + backward on each device (BatchNorm in eval mode, no random draws): same numbers."""
-    over = NO_RANDOMNESS.get(name, {})
-    cpu, gpu = make(name, info, **over).eval(), make(name, info, **over).eval().cuda()
-    batch = batch_for(info)
-    loss = cpu.compute_losses(batch)[0]["loss"]
-    loss.backward()
-    loss_gpu = gpu.compute_losses(to(batch, "cuda"))[0]["loss"]
-    loss_gpu.backward()
-    torch.testing.assert_close(loss_gpu.cpu(), loss, atol=1e-4, rtol=1e-4)
-    grads = dict(gpu.named_parameters())
-    for pname, p in cpu.named_parameters():
-        torch.testing.assert_close(grads[pname].grad.cpu(), p.grad, atol=1e-4, rtol=1e-3, msg=pname)
+    """One loss + backward on each device (BatchNorm in eval mode, no random draws): same numbers.
+    The same comparison runs on the CPU alone in tests/models/test_device_paths.py."""
+    assert_training_steps_match(name, info, "cuda")
 
 
 @pytest.mark.parametrize("name", ARCHS)
@@ -110,8 +131,7 @@ def test_short_gpu_run_reaches_the_cpu_thresholds(name):
     data = robot_rule_data()
     L.seed_everything(0, verbose=False)
     dm = SyntheticDataModule(lambda: data, batch_size=100)
-    over = {"training": "independent"} if name == "cbm" else {}
-    model = make(name, TABULAR, optim={"lr": 0.02}, **over)
+    model = short_run_model(name)  # the CPU test's model and optimiser, nothing else
     gpu_fit(model, dm, epochs=12)
     assert dm.split("train").tensors["x"].device.type == "cuda"  # the data stayed on the GPU
     model.cuda()
@@ -149,7 +169,7 @@ def test_bf16_mixed_trains_on_gpu(name):
     data = robot_rule_data()
     L.seed_everything(0, verbose=False)
     dm = SyntheticDataModule(lambda: data, batch_size=100)
-    model = make(name, TABULAR, optim={"lr": 0.02}, **({"training": "independent"} if name == "cbm" else {}))
+    model = short_run_model(name)
     gpu_fit(model, dm, epochs=12, precision="bf16-mixed")
     model.cuda()
     majority, k0, accs = evaluate(model, dm)

@@ -18,7 +18,7 @@ from test_contract import (
     evaluate,
     make,
     robot_rule_data,
-    short_run_optim,
+    short_run_model,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -136,7 +136,7 @@ def test_bf16_mixed_precision_trains_every_architecture_on_cpu(name, one_thread)
     data = robot_rule_data()
     L.seed_everything(0, verbose=False)
     dm = SyntheticDataModule(lambda: data, batch_size=100)
-    model = make(name, TABULAR, optim=short_run_optim(name), **({"training": "independent"} if name == "cbm" else {}))
+    model = short_run_model(name)
     trainer = L.Trainer(
         max_epochs=12, accelerator="cpu", precision="bf16-mixed", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, deterministic=True,

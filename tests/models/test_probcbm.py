@@ -193,3 +193,35 @@ def test_on_demand_class_uncertainty_survives_concatenation():
         assert "class_uncertainty" not in both.extras
         expected = torch.cat([model.class_uncertainty(a.extras["std"]), model.class_uncertainty(b.extras["std"])])
         assert torch.equal(model.state_class_uncertainty(both), expected)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_concept_loss_is_the_bce_of_the_mc_mean_probability(train):
+    """The logits form of the concept loss (what CUDA's autocast accepts) is ``F.binary_cross_entropy``
+    on the MC-mean probabilities: equal in float64 to round-off, with and without missing annotations
+    (soft targets included: a missing entry's target is the model's own probability)."""
+    model = make().double().train(train)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 12, generator=g, dtype=torch.float64)
+    c = (torch.rand(6, 7, generator=g) > 0.5).double()
+    c[0, :3] = torch.tensor([0.3, 0.9, 0.5], dtype=torch.float64)
+    observed = (torch.rand(6, 7, generator=g) > 0.3).double()
+    state = model.encode(x)
+    assert state.probs.dtype == torch.float64
+    bce = torch.nn.functional.binary_cross_entropy(state.probs, c, reduction="none")
+    torch.testing.assert_close(model.concept_loss(state, c), bce.mean(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model.concept_loss(state, c, observed), (bce * observed).sum() / observed.sum(), rtol=1e-12, atol=1e-12)
+
+
+def test_concept_loss_under_bf16_autocast_is_the_float32_loss():
+    """Under bf16 autocast the loss is taken in float32 from the samples' logits: within bf16's
+    rounding of the encoder (rel. 2e-2) of the float32 loss, and a float32 scalar."""
+    model = make().train()
+    x, c = torch.randn(8, 12, generator=torch.Generator().manual_seed(5)), (torch.rand(8, 7) > 0.5).float()
+    torch.manual_seed(0)
+    want = model.concept_loss(model.encode(x), c)
+    torch.manual_seed(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model.concept_loss(model.encode(x), c)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=0)
