@@ -377,6 +377,10 @@ def flat_numbers(data: Any, prefix: str = "", depth: int = 4) -> dict[str, float
 
 
 def _number(text: str) -> Any:
+    """A CSV cell as W&B should type it: a number as a number, an empty cell as a missing value
+    (``None``; an empty string in a numeric column is refused by ``wandb.Table``), else the text."""
+    if not text.strip():
+        return None
     try:
         f = float(text)
     except (TypeError, ValueError):

@@ -230,3 +230,23 @@ def test_a_finetuning_run_logs_its_config_results_and_adapter(tmp_path):
     assert cols == ["when", "split", "rows", "loss", "accuracy", "localisation"] and len(rows) == 4
     assert ("model", f"adapter-{r.id}") in r.artifacts
     assert any(k.startswith("heatmaps/") for h in r.history for k in h)
+
+
+def test_a_result_table_logs_an_empty_cell_as_a_missing_value(tmp_path):
+    """cbm-icl's judge table with judge_options.global_discriminativeness=true: E1 is not judged, so
+    its row's global cell is empty in judge.csv; W&B refused the empty string in a numeric column
+    (a traceback, exit 1, after every file was written). It is logged as a missing value."""
+    import wandb
+
+    from cbm.tracking.wandb_run import log_result_files
+
+    (tmp_path / "judge.csv").write_text("model,condition,judged,conciseness,global_discriminativeness\n"
+                                        "vlm,E1,0,,\nvlm,E2,3,4.5,4\n")  # fmt: skip
+    run = wandb.init(project="cbm-test", name="tables", dir=str(tmp_path), mode="offline")
+    log_result_files(run, tmp_path, "results.json")
+    run.finish()
+    wandb.teardown()  # the service may still hold unwritten records (see the finetune test)
+    (r,) = runs_under(tmp_path)
+    cols, rows = table_rows(offline_dir(tmp_path, r), "tables/judge")
+    assert cols == ["model", "condition", "judged", "conciseness", "global_discriminativeness"]
+    assert rows == [["vlm", "E1", 0, None, None], ["vlm", "E2", 3, 4.5, 4]]
