@@ -10,7 +10,8 @@ and checked *before anything calls it* (DESIGN.md, Engineering rules).
   :func:`inspect.getattr_static` so an object's ``__getattr__`` cannot fake it).
 
 Anything else (a module, a builtin such as ``eval``, a plain function such as ``os.system``, an
-instance, another library's class) is one ``ValueError`` line ending "it was not called".
+instance, another library's class) is one ``ValueError`` line ending "it was not called"; so is a
+name that cannot be imported, whether it is missing or its module's own code raises as it loads.
 Torch-free: importing the target is the only code that runs.
 
 >>> resolve("os:system", "x.target", kinds=(Exception,), need="an exception class")
@@ -97,8 +98,9 @@ def _import(spec: object, where: str, need: str, sep: str, module: str | None, s
         obj: Any = importlib.import_module(mod_name)
         for part in attrs:
             obj = getattr(obj, part)
-    except (ImportError, AttributeError, ValueError, TypeError) as err:
-        raise ValueError(f"{where}: cannot import {shown} ({type(err).__name__}: {err})") from None
+    except (Exception, SystemExit) as err:  # a missing name, or the module's own code failing as it is imported
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise ValueError(f"{where}: cannot import {shown} ({type(err).__name__}{': ' if first else ''}{first})") from None
     return obj
 
 
