@@ -34,6 +34,7 @@ from cbm.experiments.common import (
 from cbm.experiments.lifeline import die_with_parent
 from cbm.experiments.tables import RULES_FILE
 from cbm.models.registry import validate_model
+from cbm.tracking.wandb_run import check_api_key
 from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
 from synthetic.resources import check_footprint
@@ -49,6 +50,7 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     raw.pop("hydra", None)
     data_raw, model_raw = raw.pop("data"), raw.pop("model")
     train = to_dataclass(TrainConfig, raw, "config")
+    check_api_key(train.logger.wandb)  # mode=online without a key: refused now, not after the run directory is made
     data = data_config(data_raw)
     model_cfg = validate_model(model_raw)
     if model_cfg["name"] == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":

@@ -199,6 +199,35 @@ def start(kw: Mapping[str, Any], config: Mapping[str, Any], run_dir: str | Path)
     return run
 
 
+def check_api_key(wb: Any, where: str = "logger.wandb") -> None:
+    """``mode=online`` needs a W&B API key: looked for where ``wandb.init`` looks (``WANDB_API_KEY``,
+    an identity token file, the ``.netrc`` entry of the W&B host, wandb's settings), without the
+    network and before any run starts; ``ValueError`` with one line saying how to fix it when there
+    is none. Nothing is imported unless the mode is online and the run is on (``wb.enabled``). A
+    ``WANDB_MODE`` of ``offline`` / ``dryrun`` / ``disabled`` in the environment needs no key: the
+    training's logger leaves the mode to it when ``mode=online``."""
+    if wb.mode != "online" or getattr(wb, "enabled", True) is False:
+        return
+    if os.environ.get("WANDB_MODE", "").strip().lower() in ("offline", "dryrun", "disabled"):
+        return
+    try:
+        from wandb import env
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib import wbauth
+    except ImportError:  # another wandb layout: wandb.init says it itself
+        return
+    if os.getenv(env.API_KEY) or os.getenv(env.IDENTITY_TOKEN_FILE):
+        return
+    settings = wandb_setup.singleton().settings
+    try:
+        found = settings.api_key or wbauth.read_netrc_auth(host=settings.base_url)
+    except Exception as err:  # an entry W&B cannot use (AuthenticationError)
+        raise ValueError(f"{where}.mode=online: the W&B API key found for {settings.base_url} is not usable ({err})") from None
+    if not found:
+        raise ValueError(f"{where}.mode=online but no W&B API key was found for {settings.base_url}: set WANDB_API_KEY "
+                         f"(or run 'wandb login'), or log without an account with {where}.mode=offline")  # fmt: skip
+
+
 def exit_code_for(err: BaseException | None) -> int:
     """The process exit code an error leads to: 0 none, 2 bad input, 130 Ctrl-C, 1 anything else."""
     from cbm.experiments.common import USER_ERRORS
