@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cbm.config.safe_paths import check_creatable
 from cbm.vlm.endpoint import CREDENTIAL_HEADERS, check_endpoint, effective_base_url, parse_base_url
 from cbm.vlm.typed import check_fields
 
@@ -97,6 +98,8 @@ class ClientConfig:
             raise ValueError(f"client.device: '{self.device}' is not auto, cpu, mps, cuda or cuda:<index>")
         if self.base_url is not None:
             parse_base_url(self.base_url)
+        if self.cache_dir:  # a file there (or a read-only place) is refused now, not after a run's first files are written
+            check_creatable(Path(self.cache_dir).expanduser(), "client.cache_dir")
         if self.backend == "openai":
             self.check_endpoint()
 

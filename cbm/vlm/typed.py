@@ -103,6 +103,16 @@ def in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = Fals
         raise ValueError(f"{name}: must be in {interval}, got {value}")
 
 
+def within_split(name: str, n: int, pool: int, split: str, sized_by: str | None = None) -> int:
+    """``n`` when a split of ``pool`` items holds that many, else ``ValueError: <name>=<n> exceeds
+    the <pool> items of split '<split>'`` (``sized_by``: the setting that sizes the split). The one
+    check of every "take the first n items" setting (``cbm-edct items.n``, ``cbm-vlm-zoo
+    edct_items``): a count beyond the split is refused, never quietly cut to it."""
+    if n > pool:
+        raise ValueError(f"{name}={n} exceeds the {pool} items of split '{split}'" + (f" (set by {sized_by})" if sized_by else ""))
+    return n
+
+
 def nested(cls: type[T], value: Any, where: str) -> T:
     """The settings dataclass ``cls`` from a mapping (``where`` names it in errors: ``episodes``);
     an instance passes through."""

@@ -172,6 +172,7 @@ ICL_SETTINGS = [
     ("models.vlm=5", "models.vlm: must be a mapping of settings, got int 5"),
     ("progress=maybe", "progress: must be true or false or null, got str 'maybe'", SLOW),
     ("episodes_dir=''", "episodes_dir: empty", SLOW),
+    ("models.vlm.cache_dir=@VLM/files/a_file", "models.vlm: client.cache_dir: cannot create @VLM/files/a_file: @VLM/files/a_file is a file", SLOW),
     ("max_image_pixels=0", "max_image_pixels: must lie in [1,"),
     ("datasets.robot.data=5", "datasets.robot.data: must be a mapping of robot data settings, got int 5", SLOW),
     ("datasets.robot.class_by=7", "datasets.robot.class_by: must be a string, got int 7", SLOW),
@@ -334,6 +335,9 @@ EDCT_CASES = [
      "stability_runs: @VLM/files/edct_b was made with other settings than @VLM/files/edct_a (vlm); only seeds and output_dir may differ"),
     ("stability_runs=[@VLM/files/edct_a]", "stability_runs: at least 2 run directories, got 1", SLOW),
     ("stability_runs=[@VLM/files/edct_a,@VLM/files]", "stability_runs: @VLM/files is not a finished cbm-edct run (no results.json)", SLOW),
+    ("items.n=10001", "items.n=10001 exceeds the 10000 items of split 'test' (set by data.n_test)"),
+    ("vlm.cache_dir=@VLM/files/a_file", "vlm: client.cache_dir: cannot create @VLM/files/a_file: @VLM/files/a_file is a file, not a directory"),
+    ("judge.cache_dir=@VLM/files/a_file/replies", "judge: client.cache_dir: cannot create @VLM/files/a_file/replies: @VLM/files/a_file is a file", SLOW),
 ]
 
 
@@ -361,6 +365,21 @@ ZOO_CASES = [
     ("repair.quant=4bit", "repair.quant=4bit (QLoRA) needs a CUDA GPU and none is available (on the CPU: repair.quant=none repair.device=auto)",
      NEEDS_NO_GPU),
 ]
+#: Refused before anything is built, by the real run and by its dry run alike: sizes against this
+#: machine's memory, counts against their splits (the check cbm-edct's items.n has), a rule under
+#: which no robot is a Glorp (or none a Drent), an output_dir that is a file.
+ZOO_EARLY = [
+    (["model.hidden=4096", "model.layers=4096"], "model: 618,478,014,464 parameters (hidden=4096, layers=4096, vision_width=96, "
+     "vision_layers=2) need at least 9.0 TiB of memory to train, this machine has"),
+    ("edct_items=1000000", "edct_items=1000000 exceeds the 1000 items of split 'test' (set by data.n_test)"),
+    (["data.n_test=8", "edct_items=9"], "edct_items=9 exceeds the 8 items of split 'test' (set by data.n_test)", SLOW),
+    (["task=sudoku", "sudoku.n_test=8", "edct_items=9"], "edct_items=9 exceeds the 8 items of split 'test' (set by sudoku.n_test)", SLOW),
+    (["data.n_train=100", "repair.pairs=101"], "repair.pairs=101 exceeds the 100 items of split 'train' (set by data.n_train)", SLOW),
+    ("data.rule={mouth_closed: -5}", "data.rule / data.bias: no robot is a Glorp under this rule (its highest score, bias -7.5 + the "
+     "positive weights, is -7.5, not > 0): raise a weight or data.bias"),
+    ("data.bias=100", "data.rule / data.bias: every robot is a Glorp under this rule", SLOW),
+    ("output_dir=@VLM/files/a_file", "cannot create @VLM/files/a_file: @VLM/files/a_file is a file, not a directory"),
+]
 
 
 def _cases(prog: str, entries: list, base: list[str], tail: tuple[str, ...] = (), marks: tuple = ()) -> list:
@@ -380,6 +399,7 @@ CASES = (
     + _cases("cbm-icl", ICL_TORCHVISION, ICL, tuple(FOLDER), (SLOW,))
     + _cases("cbm-edct", EDCT_CASES, EDCT)
     + _cases("cbm-vlm-zoo", ZOO_CASES, [])
+    + _cases("cbm-vlm-zoo", ZOO_EARLY, [])
 )
 
 
@@ -388,6 +408,14 @@ def test_bad_vlm_input_gives_one_line_and_leaves_nothing(vfx, tmp_path, prog, ar
     args = [a.replace(TOKEN, str(vfx)) for a in args]
     assert_refused(vfx, tmp_path, prog, args, message.replace(TOKEN, str(vfx)))
     assert not (vfx / "files" / "PWNED").exists()  # no target named in a setting was ever called
+
+
+@pytest.mark.parametrize("prog, args, message", params(_cases("cbm-vlm-zoo", ZOO_EARLY, [])))
+def test_the_zoo_dry_run_refuses_what_the_run_refuses(vfx, tmp_path, prog, args, message):
+    """``CBM_DRY_RUN=1`` validates the command line with the same checks as the run: none of these is
+    "valid" to a dry run (an output_dir that is a file was)."""
+    args = [a.replace(TOKEN, str(vfx)) for a in args]
+    assert_refused(vfx, tmp_path, prog, args, message.replace(TOKEN, str(vfx)), env={"CBM_DRY_RUN": "1"})
 
 
 def test_the_valid_episodes_file_is_accepted(vfx):

@@ -11,7 +11,7 @@ from cbm.vlm.config import ClientConfig
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 from cbm.vlm.tags import REASK_PROMPT
 from cbm.vlm.templates import check_template
-from cbm.vlm.typed import check_fields, nested
+from cbm.vlm.typed import check_fields, nested, within_split
 
 ANSWER_MODES = ("generate", "score")
 #: How the VLM is asked for its answer and explanation: 2 = the paper's (the answer, then the
@@ -51,6 +51,14 @@ PROMPT_DEFAULTS: dict[str, str] = {"reask": REASK_PROMPT, "retry": RETRY_PROMPT,
 STABILITY_MIN_RUNS = 2
 #: Upper bounds that keep a typo from becoming a run that never ends.
 MAX_ITEMS, MAX_WORKERS, MAX_RESAMPLES, MAX_RETRIES = 100_000, 256, 1_000_000, 10
+
+
+def split_size(dcfg: Any, split: str) -> int:
+    """Items in ``split`` of a robot or Sudoku data config (a robot split's robots times its renders)."""
+    size = int(getattr(dcfg, f"n_{split}", -1))
+    if size < 0:
+        raise ValueError(f"items.split: unknown split '{split}' for data={getattr(dcfg, 'name', 'this data')}")
+    return size * int(getattr(dcfg, "renders_per_robot", 1))
 
 
 @dataclass
@@ -232,6 +240,7 @@ class EDCTConfig:
         dcfg = data_config(dict(self.data))  # the generator's own checks, one line each
         if getattr(dcfg, "block_size", 3) != 3:
             raise ValueError(f"data.block_size={dcfg.block_size}: EDCT's Sudoku items and editor are 9x9 boards")
+        within_split("items.n", self.items.n, split_size(dcfg, self.items.split), self.items.split, f"data.n_{self.items.split}")
 
     def _check_editor(self) -> None:
         from cbm.vlm.editors import check_editor

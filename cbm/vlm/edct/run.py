@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from cbm.vlm.edct.config import EDCTConfig
+from cbm.vlm.edct.config import EDCTConfig, split_size
 from cbm.vlm.edct.metrics import Estimate, summarise
 from cbm.vlm.edct.pipeline import (
     Clients,
@@ -22,6 +22,7 @@ from cbm.vlm.edct.pipeline import (
     status_counts,
 )
 from cbm.vlm.edct.stability import fingerprint
+from cbm.vlm.typed import within_split
 from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
@@ -43,10 +44,7 @@ def robot_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     from synthetic.robot.attributes import attribute_table
 
     dcfg = data_config(dict(cfg.data))
-    pool = {"test": dcfg.n_test, "calib": dcfg.n_calib, "train": dcfg.n_train}.get(cfg.items.split)
-    if pool is None:
-        raise ValueError(f"items.split: unknown split '{cfg.items.split}' (train, calib or test)")
-    positions = _positions(cfg, pool * dcfg.renders_per_robot)
+    positions = _positions(cfg, split_size(dcfg, cfg.items.split))
     items = robot_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
     named = [(f"robot-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
     kind = cfg.editor["kind"]
@@ -68,8 +66,7 @@ def free_editor(cfg: EDCTConfig) -> dict[str, Any]:
 
 
 def _positions(cfg: EDCTConfig, pool: int) -> np.ndarray:
-    if cfg.items.n > pool:
-        raise ValueError(f"items.n={cfg.items.n} exceeds the {pool} items of split '{cfg.items.split}'")
+    within_split("items.n", cfg.items.n, pool, cfg.items.split)
     if cfg.items.sample:
         return np.sort(np.random.default_rng(cfg.items.seed).choice(pool, cfg.items.n, replace=False))
     return np.arange(cfg.items.n)
@@ -84,10 +81,7 @@ def sudoku_setup(cfg: EDCTConfig) -> tuple[list, list[str], Any, Any]:
     from synthetic.sudoku.dataset import CLASS_NAMES
 
     dcfg = data_config(dict(cfg.data))
-    pool = {"test": dcfg.n_test, "calib": dcfg.n_calib, "train": dcfg.n_train, "val": dcfg.n_val}.get(cfg.items.split)
-    if pool is None:
-        raise ValueError(f"items.split: unknown split '{cfg.items.split}' (train, val, calib or test)")
-    positions = _positions(cfg, pool)
+    positions = _positions(cfg, split_size(dcfg, cfg.items.split))
     items = sudoku_items(dcfg, cfg.items.split, positions, cache_dir=cfg.cache_dir)
     named = [(f"sudoku-{cfg.items.split}-{int(p):05d}", it) for p, it in zip(positions, items)]
     kind = cfg.editor["kind"]

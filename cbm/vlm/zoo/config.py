@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.config.safe_paths import check_creatable
+from cbm.vlm.typed import within_split
 from synthetic.robot.attributes import PALETTES
 from synthetic.robot.config import CUE_KINDS
 
@@ -271,6 +273,63 @@ class ZooConfig:
         self.edct_items = _int("edct_items", self.edct_items, 1, 1_000_000)
         self.bootstrap = _int("bootstrap", self.bootstrap, 100, 100_000)
         self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 4, 256)
+        self._check_splits()
+        if self.task == "robot":
+            check_rule(self.data.rule, self.data.bias)
+        check_memory(self.model)
+        check_creatable(self.output_dir, "output_dir")  # a file there is refused now, also by a dry run
+
+    def _check_splits(self) -> None:
+        """``edct_items`` test items and ``repair.pairs`` training items exist (the same check as
+        ``cbm-edct items.n``): a count beyond its split is refused, not quietly cut to it."""
+        sizes, where = (self.data, "data") if self.task == "robot" else (self.sudoku, "sudoku")
+        within_split("edct_items", self.edct_items, sizes.n_test, "test", f"{where}.n_test")
+        if self.repair.member is not None:
+            within_split("repair.pairs", self.repair.pairs, sizes.n_train, "train", f"{where}.n_train")
+
+
+def check_rule(rule: dict[str, float], bias: float) -> None:
+    """Both classes occur under the label rule: some robot of the catalogue (every combination of
+    the rule's parts) is a Glorp (``sum w_k c_k + bias > 0``) and some is a Drent; else the zoo
+    would train on one class and fail late (its members' class targets are empty)."""
+    high = bias + sum(max(w, 0.0) for w in rule.values())
+    low = bias + sum(min(w, 0.0) for w in rule.values())
+    if high <= 0:
+        raise ValueError(f"data.rule / data.bias: no robot is a Glorp under this rule (its highest score, bias {bias:g} + the positive "
+                         f"weights, is {high:g}, not > 0): raise a weight or data.bias")  # fmt: skip
+    if low > 0:
+        raise ValueError(f"data.rule / data.bias: every robot is a Glorp under this rule (its lowest score, bias {bias:g} + the negative "
+                         f"weights, is {low:g} > 0; no Drent): lower data.bias or give a part a negative weight")  # fmt: skip
+
+
+#: Bytes per parameter while a zoo model trains: float32 weights, gradients and AdamW's two moments.
+TRAIN_BYTES_PER_PARAM = 16
+#: Characters of the tiny model's vocabulary (a lower bound of its size: the printable characters).
+MIN_VOCAB = 100
+
+
+def model_parameters(m: ZooModel) -> int:
+    """A lower bound of the zoo model's parameter count from its config (attention and MLP of
+    every language and vision layer, the merger, the patch embedding and the character
+    vocabulary's two embeddings; norms and biases left out), as :mod:`cbm.vlm.tiny` builds it."""
+    h, w = m.hidden, m.vision_width
+    language = m.layers * (8 * h * h + 2 * h * h * m.kv_heads // m.heads) + 2 * MIN_VOCAB * h
+    vision = m.vision_layers * 8 * w * w + 16 * w * w + 4 * w * h + 6 * m.patch * m.patch * w
+    return language + vision
+
+
+def check_memory(m: ZooModel) -> None:
+    """``ValueError`` (one line) when training a model of these sizes cannot fit in this machine's
+    memory (:func:`synthetic.resources.memory_bytes`, as the data generators' footprint check),
+    before anything is built; the estimate is a lower bound, so a refused model certainly does not fit."""
+    from synthetic.resources import human_bytes, memory_bytes
+
+    n = model_parameters(m)
+    need, have = n * TRAIN_BYTES_PER_PARAM, memory_bytes()
+    if have is not None and need > have:
+        raise ValueError(f"model: {n:,} parameters (hidden={m.hidden}, layers={m.layers}, vision_width={m.vision_width}, vision_layers="
+                         f"{m.vision_layers}) need at least {human_bytes(need)} of memory to train, this machine has {human_bytes(have)}: "
+                         "lower model.hidden, model.layers, model.vision_width or model.vision_layers")  # fmt: skip
 
 
 def gate_palettes(cue_share: float) -> int:
