@@ -5,7 +5,8 @@ rerun sends nothing; an interrupted run resumes, every reply being on disk when 
 retries with backoff honouring ``Retry-After``, a concurrency limit, and per-run token / cost
 accounting. ``chat`` returns a :class:`Reply` or raises one :class:`ChatError` line; ``map`` runs
 many requests concurrently and returns each one's reply *or* error, so one failure never stops
-a sweep. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` intervener.
+a sweep; but an endpoint that refuses the connection before it ever answered (nothing listens at
+``base_url``) raises :class:`EndpointUnreachable` from both: bad input, one line, exit code 2. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` intervener.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.endpoint import normalise
 from cbm.vlm.messages import user_message
-from cbm.vlm.reply import ChatError, Reply
+from cbm.vlm.reply import ChatError, EndpointUnreachable, Reply
 from cbm.vlm.retry import RetryPolicy
 from cbm.vlm.usage import Usage
 
@@ -84,6 +85,8 @@ class ChatClient:
         self._sleep = sleep
         self._slots = threading.BoundedSemaphore(cfg.concurrency)
         self._rng = random.Random(0)
+        #: whether the endpoint has answered this client once (a refused connection before that: :class:`EndpointUnreachable`)
+        self._answered = False
 
     @property
     def model(self) -> str:
@@ -113,12 +116,16 @@ class ChatClient:
         while True:
             try:
                 with self._slots:
-                    return self.backend.complete(messages, params)
+                    reply = self.backend.complete(messages, params)
+                self._answered = True
+                return reply
             except ChatError as err:
                 retryable = err.kind in ("timeout", "transport") or (err.kind == "http" and self.retry.should_retry(attempt, err.status))
                 if not retryable or attempt >= self.retry.max_retries:
                     err.attempts = attempt + 1
                     self.usage.add_failure(err.kind)
+                    if err.refused and not self._answered:  # nothing listens there: bad input, the run stops
+                        raise EndpointUnreachable(self.cfg.endpoint_url(), err.attempts) from None
                     raise
                 wait = self.retry.wait_s(attempt, err.retry_after, rng=self._rng)
                 log.info("chat: %s; retry %d/%d in %.1f s", err, attempt + 1, self.retry.max_retries, wait)
@@ -127,7 +134,8 @@ class ChatClient:
                 attempt += 1
 
     def try_chat(self, messages: Messages, **params: Any) -> Reply | ChatError:
-        """:meth:`chat`, returning the error instead of raising it."""
+        """:meth:`chat`, returning the error instead of raising it (an :class:`EndpointUnreachable` is
+        raised: it is no request's failure but the endpoint's)."""
         try:
             return self.chat(messages, **params)
         except ChatError as err:

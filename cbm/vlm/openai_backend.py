@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from cbm.vlm.config import ClientConfig
-from cbm.vlm.reply import ChatError, Reply
+from cbm.vlm.reply import ChatError, Reply, connection_refused
 
 #: Fields in which endpoints return the reasoning text (OpenRouter: ``reasoning``; vLLM, DeepSeek:
 #: ``reasoning_content``).
@@ -78,7 +78,7 @@ class OpenAIBackend:
         except oa.APITimeoutError as err:
             raise ChatError("timeout", f"request timed out ({err})") from None
         except oa.APIConnectionError as err:
-            raise ChatError("transport", f"cannot reach the endpoint ({err.__cause__ or err})") from None
+            raise ChatError("transport", f"cannot reach the endpoint ({err.__cause__ or err})", refused=connection_refused(err)) from None
         except oa.APIStatusError as err:
             body = getattr(err, "message", "") or ""
             raise ChatError("http", f"HTTP {err.status_code}: {body}", status=err.status_code,

@@ -121,6 +121,19 @@ CASES = (
 )
 
 
+#: An endpoint nobody listens at (the discard port on loopback): refused by the first request's
+#: connection, so these run without the guard (which would stop the attempt itself) and with the
+#: client's retries off or a millisecond backoff (no real wait).
+EXTRACT = ["extract", "out=x.yaml", "client.model=m", "data.modality=image", "data.n_train=40", "data.n_calib=0", "data.n_test=0", "n_per_class=1"]
+UNREACHABLE = [
+    ("cbm-concepts", [*EXTRACT, "client.base_url=http://127.0.0.1:9/v1", "client.max_retries=0"],
+     "client.base_url: cannot connect to http://127.0.0.1:9/v1: connection refused (no server listens there; is it running, "
+     "and is the URL right?)", ()),
+    ("cbm-concepts", [*EXTRACT, "client.base_url=http://localhost:9/v1", "client.max_retries=2", "client.backoff_s=0.001"],
+     "client.base_url: cannot connect to http://localhost:9/v1: connection refused after 3 attempts", (SLOW,)),
+]
+
+
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory) -> Path:
     """A stand-in run (an empty checkpoint: never read), files and client presets."""
@@ -153,6 +166,15 @@ def test_bad_client_input_gives_one_line_and_leaves_nothing(fx, tmp_path, prog, 
     assert NO_KEY not in os.environ
     line = assert_refused(fx, tmp_path, prog, args, message, env=case_env(fx))
     assert SECRET not in line and "NETWORK ATTEMPT" not in line
+
+
+@pytest.mark.parametrize("prog, args, message", params(UNREACHABLE))
+def test_an_unreachable_endpoint_is_one_line_naming_the_url(fx, tmp_path, prog, args, message):
+    """A connection refused before the endpoint ever answered is bad input (a wrong base_url, a server
+    not running): exit 2 and one line naming the URL, not a failed request (exit 1)."""
+    env = {"OPENAI_API_KEY": SECRET, **{k: "" for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}}
+    line = assert_refused(fx, tmp_path, prog, args, message, env=env)
+    assert SECRET not in line
 
 
 def test_the_guard_is_live_in_every_case(fx, tmp_path):

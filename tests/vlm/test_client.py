@@ -109,6 +109,69 @@ def test_timeout_is_retried_then_reported(httpserver, tmp_path):
     assert len(httpserver.log) == 2
 
 
+@pytest.fixture
+def no_proxy(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_refused_connection_before_any_answer_stops_the_run_in_one_line(tmp_path, no_proxy):
+    """Nothing listens at the base URL: after its retries (recorded here, never slept) the client
+    raises EndpointUnreachable, a user error (OSError: exit 2, one line naming the URL), from chat,
+    try_chat and map alike: a run stops instead of recording the same failure per request."""
+    from cbm.experiments.common import USER_ERRORS, one_line
+    from cbm.vlm.reply import EndpointUnreachable
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    sleeps: list[float] = []
+    c = ChatClient(ClientConfig(backend="openai", model="m", base_url=url, cache_dir=None, max_retries=2, backoff_s=30.0), sleep=sleeps.append)
+    with pytest.raises(EndpointUnreachable) as e:
+        c.chat(c.messages("hi"))
+    assert one_line(e.value) == str(e.value) == (f"client.base_url: cannot connect to {url}: connection refused after 3 attempts "
+                                                 "(no server listens there; is it running, and is the URL right?)")  # fmt: skip
+    assert isinstance(e.value, USER_ERRORS) and not isinstance(e.value, ChatError)
+    assert len(sleeps) == 2 and c.usage.retries == 2 and c.usage.failures == {"transport": 1}
+    c = ChatClient(ClientConfig(backend="openai", model="m", base_url=url, cache_dir=None, max_retries=0), sleep=sleeps.append)
+    with pytest.raises(EndpointUnreachable, match="connection refused [(]"):
+        c.try_chat(c.messages("hi"))
+    with pytest.raises(EndpointUnreachable):
+        c.map([c.messages("a"), c.messages("b"), c.messages("c")], progress=False)
+
+
+def test_a_refused_connection_after_an_answer_is_a_recorded_request_failure():
+    """Once the endpoint has answered, a refused connection is that request's failure (a server that
+    went away mid-run): a ChatError as any other, the sweep goes on."""
+    from cbm.vlm.reply import Reply
+
+    class Backend:
+        model = "m"
+
+        def __init__(self):
+            self.calls = 0
+
+        def complete(self, messages, params):
+            self.calls += 1
+            if self.calls == 1:
+                return Reply(text="<answer>yes</answer>", model="m")
+            raise ChatError("transport", "cannot reach the endpoint ([Errno 111] Connection refused)", refused=True)
+
+    c = ChatClient(ClientConfig(backend="openai", model="m", base_url="http://127.0.0.1:9/v1", cache_dir=None, max_retries=1),
+                   backend=Backend(), sleep=lambda s: None)  # fmt: skip
+    assert c.chat(c.messages("a")).text == "<answer>yes</answer>"
+    out = c.try_chat(c.messages("b"))
+    assert isinstance(out, ChatError) and out.kind == "transport" and out.refused and out.attempts == 2
+
+
 @pytest.mark.parametrize("body", ["this is not json", json.dumps({"id": "x", "choices": []}), json.dumps(completion("x") | {"choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]})])
 def test_malformed_replies_are_recorded_errors(httpserver, tmp_path, body):
     httpserver.expect_request(PATH).respond_with_data(body, content_type="application/json")
