@@ -6,7 +6,8 @@ retries with backoff honouring ``Retry-After``, a concurrency limit, and per-run
 accounting. ``chat`` returns a :class:`Reply` or raises one :class:`ChatError` line; ``map`` runs
 many requests concurrently and returns each one's reply *or* error, so one failure never stops
 a sweep; but an endpoint that refuses the connection before it ever answered (nothing listens at
-``base_url``) raises :class:`EndpointUnreachable` from both: bad input, one line, exit code 2. ``ask(prompt, image=None) -> str`` is the interface of the ``llm`` intervener.
+``base_url``) raises :class:`EndpointUnreachable` from both: bad input, one line, exit code 2.
+``ask(prompt, image=None) -> str`` is the interface of the ``llm`` intervener.
 """
 
 from __future__ import annotations
