@@ -106,6 +106,12 @@ class TrainerConfig:
             raise ValueError(f"trainer.gradient_clip_val must be >= 0 (0 disables clipping), got {self.gradient_clip_val}")
 
 
+#: What W&B refuses in a project name (``wandb.Settings.validate_project``); an entity is held to the same.
+NAME_FORBIDS = "/\\#?%:"
+MAX_NAME_CHARS = 128
+#: The longest tag W&B takes (``wandb.Settings.validate_run_tags``: 1 to 64 characters).
+MAX_TAG_CHARS = 64
+
 #: W&B job types, one per command.
 JOB_TYPES = ("train", "intervene", "automate", "report", "finetune", "edct", "icl")
 
@@ -128,8 +134,14 @@ class WandbSettings:
     def __post_init__(self) -> None:
         if self.mode not in ("offline", "online", "disabled"):
             raise ValueError(f"logger.wandb.mode must be offline, online or disabled, got '{self.mode}'")
-        if not str(self.project).strip() or any(ch in str(self.project) for ch in "/\\#?%:"):
-            raise ValueError(f"logger.wandb.project must be a plain name (no / \\ # ? % :), got '{self.project}'")
+        for key in ("project", "entity"):
+            name = getattr(self, key)
+            if name is not None and (not str(name).strip() or len(str(name)) > MAX_NAME_CHARS or any(ch in str(name) for ch in NAME_FORBIDS)):
+                raise ValueError(f"logger.wandb.{key} must be a plain name of at most {MAX_NAME_CHARS} characters (no / \\ # ? % :), got '{name}'")
+        for tag in map(str, self.tags):
+            if not 1 <= len(tag) <= MAX_TAG_CHARS:
+                shown = tag if len(tag) <= 24 else tag[:20] + "..."
+                raise ValueError(f"logger.wandb.tags: a tag must be 1 to {MAX_TAG_CHARS} characters (W&B's limit), got {len(tag)}: '{shown}'")
 
 
 @dataclass
