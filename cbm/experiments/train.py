@@ -182,6 +182,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     )
     model = build_model(model_cfg, data_info(data, data_cfg), as_dict(data_cfg))
     model.check_data(data)  # before the run directory is used: a refusal leaves nothing behind
+    oracle_ks = resolve_ks(train_cfg.interventions.ks, model.n_concepts) if model.has_concepts else []  # [7, max] of 7: refused now
     if t.compile:
         model.backbone.compile()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"
@@ -215,15 +216,14 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         if (train_cfg.objective or "").startswith("val/"):  # a sweeper optimises the kept checkpoint's validation metric
             val = trainer.validate(model, datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)[0]
             metrics.update({k: float(v) for k, v in val.items() if k.startswith("val/")})
-        if model.has_concepts and train_cfg.interventions.ks:
+        if oracle_ks:
             start = time.perf_counter()
             device = trainer.strategy.root_device  # the strategy's teardown moved the model to the CPU
             model.to(device).eval()
             if t.data_on_device:
                 dm.to_device(device)
-            ks = resolve_ks(train_cfg.interventions.ks, model.n_concepts)
             seed = train_cfg.interventions.seed
-            accs = intervention_accuracy(model, dm.loader("test"), ks, lambda: RandomPolicy(seed))
+            accs = intervention_accuracy(model, dm.loader("test"), oracle_ks, lambda: RandomPolicy(seed))
             metrics["oracle_random"] = {str(k): v for k, v in accs.items()}
             timing["interventions_s"] = time.perf_counter() - start
         rules = None

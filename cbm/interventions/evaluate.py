@@ -14,7 +14,8 @@ from cbm.interventions.policies.random import RandomPolicy
 
 
 def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:
-    """Budgets with ``'max'`` replaced by ``n_concepts``; a budget above ``m`` is an error."""
+    """Budgets with ``'max'`` replaced by ``n_concepts``; a budget above ``m``, or one listed twice
+    (``[7, max]`` with 7 concepts), is an error."""
     out = []
     for k in ks:
         try:
@@ -23,6 +24,9 @@ def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:
             raise ValueError(f"intervention budget k={k!r} must be an integer or 'max'") from None
         if kk < 0 or kk > n_concepts:
             raise ValueError(f"intervention budget k={k} is outside [0, {n_concepts}] (the model has {n_concepts} concepts)")
+        if kk in out:
+            where = f" (max = {n_concepts} concepts)" if "max" in ks else ""
+            raise ValueError(f"intervention budget k={kk} is listed twice in {list(ks)}{where}: list each budget once")
         out.append(kk)
     return out
 

@@ -56,6 +56,7 @@ TRAIN = [
     ("eval_batch_size=-5", "batch_size"),
     ("interventions.ks=[-1]", "interventions.ks"),
     ("interventions.seed=-2", "interventions.seed"),
+    ("interventions.ks=[max,max]", "interventions.ks lists the budget 'max' twice, got ['max', 'max'] (each budget once)"),
     ("data.n_train=0", "the train split is empty"),
     ("data.val_fraction=1.0", "the train split is empty"),
     ("data.val_fraction=1.5", "val_fraction"),
@@ -125,6 +126,7 @@ TRAIN_LATE = [
     (["data.concept_source={kind: clip, checkpoint: FX/files/empty_dir, concepts_file: FX/files/list.yaml}", "data.n_train=40"],
      "concepts_file: FX/files/list.yaml: item 0 has no text"),
     (["data.concept_source.kind=clip"], "kind=clip needs a CLIP checkpoint"),
+    ([*DATA, "interventions.ks=[7,max]"], "intervention budget k=7 is listed twice in [7, 'max'] (max = 7 concepts): list each budget once"),
     ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
     ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
 ]
@@ -155,6 +157,7 @@ INTERVENE = [
     (["checkpoint=FX/run", "intervener=[llm]"], "the llm intervener needs client"),
     (["checkpoint=FX/run", "ks=[]"], "ks must list at least one budget"),
     (["checkpoint=FX/run", "ks=[-1]"], "ks entries"),
+    (["checkpoint=FX/run", "ks=[max,max]"], "ks lists the budget 'max' twice"),
     (["checkpoint=FX/run", "batch_size=0"], "batch_size"),
     (["checkpoint=FX/run", "blackbox=FX/files/missing.json"], "blackbox: metrics file not found"),
     (["checkpoint=FX/run", "blackbox=FX/files/empty_dir"], "no checkpoints/best.ckpt"),
@@ -170,6 +173,8 @@ INTERVENE_LATE = [
     (["checkpoint=FX/files/a_file"], "is not a readable checkpoint"),
     (["checkpoint=FX/bb"], "black-box model: there are no concepts"),
     (["checkpoint=FX/run", "ks=[99]"], "outside [0, 7]"),
+    (["checkpoint=FX/run", "ks=[0,7,max]"], "intervention budget k=7 is listed twice in [0, 7, 'max'] (max = 7 concepts)"),
+    (["checkpoint=FX/run", "concepts=[knees,mouth_closed]", "ks=[2,max]"], "k=2 is listed twice in [2, 'max'] (max = 2 concepts)"),
     (["checkpoint=FX/run", "policy=[intcem]", "policy.intcem.source=model"], "intcem policy: source=model, but CBM trained no policy"),
     (["checkpoint=FX/run", "concepts=[wings]"], "unknown concept name(s) ['wings']"),
     (["checkpoint=FX/run", "intervener=[llm]", "intervener.llm.client=os:system"], "llm.client: 'os:system'"),
@@ -189,6 +194,7 @@ AUTOMATE = [
     (["checkpoint=FX/run", "policy=[random,uncertainty]"], "exactly one policy is used here"),
     (["checkpoint=FX/run", "intervener=llm"], "the llm intervener needs client"),
     (["checkpoint=FX/run", "ks=[1,-2]"], "ks entries"),
+    (["checkpoint=FX/run", "ks=[0,0]"], "ks lists the budget 0 twice"),
     (["checkpoint=FX/run", "score=vibes"], "score must be one of"),
     (["checkpoint=FX/run", "device=gpu"], "device must be one of"),
 ]
@@ -196,6 +202,7 @@ AUTOMATE_LATE = [
     (["checkpoint=FX/files/evil.ckpt"], "could run code (refused)"),
     (["checkpoint=FX/run", "+costs={wings: 2.0}"], "wings"),
     (["checkpoint=FX/run", "ks=[50]"], "outside [0, 7]"),
+    (["checkpoint=FX/run", "ks=[7,max]"], "intervention budget k=7 is listed twice"),
 ]
 DATA_CLI = [
     ([], "usage: cbm-data {info,export,show}"),

@@ -109,6 +109,8 @@ EXPERIMENT = [
     ([*TINY, "select.settings=[]"], "select: nothing left to run", (SLOW,)),
     # the analysis stages
     ([*TINY, "intervene.ks=[-1]"], "intervene.ks entries must be integers >= 0 or 'max', got -1", ()),
+    ([*TINY, "intervene.ks=[0,max,max]"], "intervene.ks lists the budget 'max' twice, got [0, 'max', 'max'] (each budget once)", ()),
+    ([*TINY, "automate.ks=[0,0]"], "automate.ks lists the budget 0 twice", ()),
     ([*TINY, "intervene.policy=[psychic]"], "tab/cbm (intervene): config: unknown policy 'psychic'", ()),
     ([*TINY, "intervene.intervener=[]"], "intervene: needs at least one intervener and one policy", (SLOW,)),
     ([*TINY, "+intervene.overrides=[intervener.oracle.nope=1]"], "tab/cbm (intervene): config: unknown key", (SLOW,)),
