@@ -25,7 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.concurrency import drain
+from cbm.concurrency import Terminated, drain, stopped
 from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
@@ -209,9 +209,8 @@ def run(cfg: DictConfig | dict) -> dict[str, Any]:
     try:
         with runlock.hold(root, "wait for it to finish or choose another output_dir"):
             return _run(c, root)
-    except KeyboardInterrupt:  # Ctrl-C: the running cells were stopped, finished ones are kept
-        print("cbm-experiment: interrupted; the running cells were stopped (rerun the same command to go on)", file=sys.stderr)
-        sys.exit(130)
+    except (KeyboardInterrupt, Terminated) as err:  # the running cells were stopped, finished ones are kept
+        stopped("cbm-experiment", err, "the running cells were stopped (rerun the same command to go on)")
 
 
 def _run(c: ExperimentConfig, root: Path) -> dict[str, Any]:

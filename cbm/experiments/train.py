@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from cbm.concurrency import Terminated, stoppable, stopped
 from cbm.config import ConfigError, to_dataclass
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
@@ -246,7 +247,10 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         if wb is not None:
             log_training_results(wb.experiment, metrics, train_cfg.logger.wandb, run_dir, data_cfg, dm)
     except BaseException as err:
-        finish_wandb(exit_code_for(err))
+        stop = stop_of(trainer, err)
+        finish_wandb(exit_code_for(stop or err))
+        if stop is not None and zero:
+            stopped("cbm-train", stop, resume_hint(run_dir))
         raise
     finish_wandb(0)
     say(results_table([metrics]))
@@ -257,6 +261,24 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
         say(f"objective {train_cfg.objective} = {metrics[train_cfg.objective]:.6g}")
         return float(metrics[train_cfg.objective])  # type: ignore[return-value]  # what an optimising sweeper reads
     return metrics
+
+
+def stop_of(trainer: Any, err: BaseException) -> BaseException | None:
+    """The Ctrl-C or SIGTERM behind ``err`` (``None`` if it is none): Lightning turns a Ctrl-C during
+    ``fit`` into ``sys.exit(1)`` and, without our SIGTERM handler, a SIGTERM into a
+    ``SIGTERMException`` that exits 0, which a scheduler would read as success."""
+    if isinstance(err, KeyboardInterrupt | Terminated):
+        return err
+    if isinstance(err, SystemExit) and getattr(trainer, "interrupted", False):
+        return Terminated() if getattr(trainer, "received_sigterm", False) else KeyboardInterrupt()
+    return None
+
+
+def resume_hint(run_dir: Path) -> str:
+    """What to do after a stopped run: resume it from its last finished epoch, or start it again."""
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return f"resume it with 'cbm-train resume={run_dir}'"
+    return "it stopped before its first epoch ended: start it again"
 
 
 #: How many of a concept-reasoning model's rules ``cbm-train`` prints (all are in ``RULES_FILE``).
@@ -317,6 +339,7 @@ def resume_main(run_dir: str, overrides: list[str]) -> None:
         run(cfg, resume=True)
 
 
+@stoppable("cbm-train")
 def main() -> None:
     """``cbm-train [overrides]`` (a Hydra app) or ``cbm-train resume=<run dir> [trainer.max_epochs=N ...]``."""
     die_with_parent()  # a cell of cbm-experiment does not outlive it

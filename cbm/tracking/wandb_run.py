@@ -229,13 +229,15 @@ def check_api_key(wb: Any, where: str = "logger.wandb") -> None:
 
 
 def exit_code_for(err: BaseException | None) -> int:
-    """The process exit code an error leads to: 0 none, 2 bad input, 130 Ctrl-C, 1 anything else."""
+    """The process exit code an error leads to: 0 none, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 1
+    anything else."""
+    from cbm.concurrency import Terminated, stop_code
     from cbm.experiments.common import USER_ERRORS
 
     if err is None:
         return 0
-    if isinstance(err, KeyboardInterrupt):
-        return 130
+    if isinstance(err, KeyboardInterrupt | Terminated):
+        return stop_code(err)
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else 1
     return 2 if isinstance(err, USER_ERRORS) else 1

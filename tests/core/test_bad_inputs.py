@@ -89,6 +89,8 @@ TRAIN = [
     ("model.head.kind=tree", "head.kind"),
     ("model.sequential_concept_fraction=1", "sequential_concept_fraction"),
     ("hydra.run.dir=FX/files/a_file/run", "hydra.run.dir: cannot create"),
+    ("cache_dir=FX/files/a_file", "cache_dir: cannot create FX/files/a_file: FX/files/a_file is a file, not a directory"),
+    ("cache_dir=FX/files/a_file/sub", "cache_dir: cannot create FX/files/a_file/sub: FX/files/a_file is a file, not a directory"),
     ("resume=FX/files/missing", "resume: "),
     ("resume=FX/files/empty_dir", "not a cbm-train run directory"),
     ("resume=FX/run", "already finished"),
@@ -127,8 +129,6 @@ TRAIN_LATE = [
      "concepts_file: FX/files/list.yaml: item 0 has no text"),
     (["data.concept_source.kind=clip"], "kind=clip needs a CLIP checkpoint"),
     ([*DATA, "interventions.ks=[7,max]"], "intervention budget k=7 is listed twice in [7, 'max'] (max = 7 concepts): list each budget once"),
-    ([*DATA, "cache_dir=FX/files/a_file"], "a file is in the way"),
-    ([*DATA, "cache_dir=FX/files/a_file/sub"], "a file is in the way"),
 ]
 INTERVENE = [
     ([], "checkpoint"),

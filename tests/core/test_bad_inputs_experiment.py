@@ -128,6 +128,7 @@ EXPERIMENT = [
     ([*TINY, f"wandb_settings.tags=[{'t' * 65}]"], "logger.wandb.tags: a tag must be 1 to 64 characters (W&B's limit), got 65", ()),
     ([*TINY, "frobnicate=1"], "unknown key 'frobnicate'", ()),
     ([*TINY, "output_dir=FX/files/a_file/exp"], "hydra.run.dir: cannot create", ()),
+    ([*TINY, "cache_dir=FX/files/a_file"], "cache_dir: cannot create FX/files/a_file: FX/files/a_file is a file, not a directory", ()),
     ([*TINY, "output_dir=FX/locked"], "FX/locked is in use by pid ", ()),
     ([*TINY, "output_dir=FX/changed"], "1 cell(s) in FX/changed were run with other settings (e.g. tab/cbm/seed0/train): delete them", ()),
     ([*TINY, "hydra.run.dir=FX/locked"], "FX/locked is in use by pid ", (SLOW,)),
