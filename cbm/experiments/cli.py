@@ -22,11 +22,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cbm.concurrency import stoppable
 from cbm.config import ConfigError
 from cbm.config.safe_paths import check_creatable, check_hydra_names
 from cbm.experiments import runlock
 from cbm.experiments.common import CONF_DIR, USER_ERRORS, clean_errors, dry_run, fail, hydra_run_dir, one_line
-from cbm.experiments.overrides import quote_items, split_argv, with_search_path
+from cbm.experiments.overrides import quote_items, run_dir_follows_output_dir, split_argv, with_search_path
 
 
 def typed_app_config(cfg: DictConfig, cls: type) -> Any:
@@ -298,12 +299,15 @@ def hydra_app(
 ) -> Callable[[], None]:
     """``main()`` of a Hydra entry point: ``--help``, the precheck, then the Hydra app running ``task``."""
 
+    @stoppable(prog)
     def main() -> None:
         from cbm.experiments.lifeline import die_with_parent
 
         die_with_parent()  # a cell of cbm-experiment does not outlive it
         argv = [a if a.startswith("-") else quote_items(a) for a in sys.argv[1:]]
-        sys.argv[1:] = argv  # what Hydra parses: list items holding '=' quoted
+        raw = OmegaConf.to_container(OmegaConf.load(Path(CONF_DIR) / f"{config_name}.yaml"), resolve=False)
+        argv = run_dir_follows_output_dir(argv, raw.get("output_dir") if isinstance(raw, dict) else None)
+        sys.argv[1:] = argv  # what Hydra parses: list items holding '=' quoted, the run directory output_dir names
         if any(a in ("-h", "--help") for a in argv):
             print(help_text(prog, config_name, summary, examples))
             return

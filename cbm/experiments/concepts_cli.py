@@ -20,6 +20,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from cbm.concurrency import stoppable
 from cbm.config import ConfigError, to_dataclass
 from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
 from cbm.vlm.concept_extraction import (
@@ -197,6 +198,7 @@ def run(argv: list[str]) -> None:
     print(f"use it: cbm-train data.concept_set={out}")
 
 
+@stoppable("cbm-concepts")
 def main() -> None:
     run(sys.argv[1:])
 

@@ -17,6 +17,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from cbm.concurrency import stoppable
 from cbm.config import to_dataclass
 from cbm.config.safe_paths import check_file_path
 from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
@@ -194,6 +195,7 @@ def run(argv: list[str]) -> None:
         print(f"saved {len(rows)} samples to {out}")
 
 
+@stoppable("cbm-data")
 def main() -> None:
     run(sys.argv[1:])
 

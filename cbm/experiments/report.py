@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from cbm.concurrency import stoppable
 from cbm.config.safe_paths import slugs
 from cbm.experiments.common import (
     dry_run,
@@ -280,6 +281,7 @@ class ReportCallback(Callback):
 USAGE = "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR"
 
 
+@stoppable("cbm-report")
 def main() -> None:
     if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
         print(f"{USAGE}\n\nA cbm-experiment directory: its report (report.md, one CSV per table, report.json,\n"

@@ -22,7 +22,8 @@ TAB = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_
        "batch_size=50", "trainer.log_every_n_steps=2"]  # fmt: skip
 STEPS_PER_EPOCH = 5  # 240 training robots / batch 50
 
-#: Fault hooks for the child (the product has no test hooks): die (SIGKILL) or fail (ValueError) at an optimiser step.
+#: Fault hooks for the child (the product has no test hooks): die (SIGKILL), be pre-empted (SIGTERM) or fail
+#: (ValueError) at an optimiser step.
 SITECUSTOMIZE = """
 import os, signal
 import torch
@@ -32,6 +33,8 @@ def step(self, *a, **k):
     _count[0] += 1
     if os.environ.get("CBM_KILL_AT_STEP") and _count[0] == int(os.environ["CBM_KILL_AT_STEP"]):
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("CBM_TERM_AT_STEP") and _count[0] == int(os.environ["CBM_TERM_AT_STEP"]):
+        os.kill(os.getpid(), signal.SIGTERM)  # a scheduler's pre-emption
     if os.environ.get("CBM_FAIL_AT_STEP") and _count[0] == int(os.environ["CBM_FAIL_AT_STEP"]):
         raise ValueError("injected failure at a training step")
     return _orig_step(self, *a, **k)
@@ -101,6 +104,22 @@ def test_a_failed_run_is_recorded_with_its_exit_code(tmp_path):
     assert res.returncode == 2 and "injected failure" in res.stderr.strip().splitlines()[-1]
     (run,) = runs_under(run_dir)
     assert run.exit_code == 2
+
+
+def test_a_run_a_scheduler_terminates_says_so_exits_143_and_resumes(tmp_path):
+    """SIGTERM (how SLURM and most schedulers pre-empt) in epoch 3: one line saying so and how to go on,
+    exit 143 (Lightning alone exits 0: a scheduler would read success), W&B records 143, no
+    metrics.json; the resume the line names finishes the run."""
+    run_dir = tmp_path / "run"
+    args = [*TAB, "trainer.max_epochs=4", "logger=default", f"hydra.run.dir={run_dir}", f"cache_dir={tmp_path / 'cache'}"]
+    res = cli("cbm-train", tmp_path, *args, env={"CBM_TERM_AT_STEP": str(2 * STEPS_PER_EPOCH + 3)})
+    assert res.returncode == 143, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == f"cbm-train: terminated (SIGTERM); resume it with 'cbm-train resume={run_dir}'"
+    assert not (run_dir / "metrics.json").exists() and (run_dir / "checkpoints" / "last.ckpt").is_file()
+    (run,) = runs_under(run_dir)
+    assert run.exit_code == 143
+    resumed = cli("cbm-train", tmp_path, f"resume={run_dir}")
+    assert resumed.returncode == 0 and (run_dir / "metrics.json").is_file(), resumed.stderr[-2000:]
 
 
 @pytest.mark.slow
