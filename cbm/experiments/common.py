@@ -7,7 +7,8 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from functools import wraps
+from datetime import datetime
+from functools import cache, wraps
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,16 @@ from cbm.experiments import runlock
 from synthetic.atomic import WriteError, describe, write_json_atomic, write_text_atomic  # noqa: F401 (the write path)
 from synthetic.tables import markdown_table  # noqa: F401 (re-exported for the apps)
 
-# ``${pid:}`` in run-directory patterns: with the microsecond timestamp it makes every run's
-# directory unique, so parallel sweep jobs never share one.
-OmegaConf.register_new_resolver("pid", os.getpid, replace=True, use_cache=True)
+
+@cache
+def run_stamp() -> str:
+    """``${run_stamp:}``, the name of every default run directory: the start time to the microsecond and
+    the process id, so two commands started in the same second (a script, a sweep's jobs) never
+    share a directory. One per process: the precheck, Hydra and a sweep's jobs see the same stamp."""
+    return f"{datetime.now():%Y-%m-%d_%H-%M-%S-%f}-{os.getpid()}"
+
+
+OmegaConf.register_new_resolver("run_stamp", run_stamp, replace=True, use_cache=True)
 
 CONF_DIR = _CONF_DIR
 

@@ -143,3 +143,21 @@ def with_search_path(overrides: list[str], dirs: list[str]) -> list[str]:
         else:
             rest.append(o)
     return [*rest, "hydra.searchpath=[" + ",".join(repr(p) for p in paths) + "]"]
+
+
+#: The default of ``output_dir`` in the apps where it is Hydra's run directory.
+RUN_DIR_OUTPUT = "${hydra:runtime.output_dir}"
+
+
+def run_dir_follows_output_dir(argv: list[str], app_output_dir: object) -> list[str]:
+    """``argv`` with ``hydra.run.dir`` set to the ``output_dir=...`` it gives, in an app whose
+    ``output_dir`` is Hydra's run directory (``app_output_dir`` is its default): without it Hydra
+    would still make (and lock) a time-stamped folder under ``outputs/`` beside the one asked for. A
+    multirun, or a command line that names ``hydra.run.dir`` itself, is kept as it is."""
+    cmd = split_argv(argv)
+    if app_output_dir != RUN_DIR_OUTPUT or cmd.multirun:
+        return argv
+    keys = {o.partition("=")[0].lstrip("+~"): o.partition("=")[2] for o in cmd.overrides}
+    if "output_dir" not in keys or "hydra.run.dir" in keys:
+        return argv
+    return [*argv, f"hydra.run.dir={keys['output_dir']}"]
