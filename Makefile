@@ -2,8 +2,12 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_WORKERS ?= 2
+## The order the tests run in (pytest-randomly): derived from the commit, so CI and a rerun of one commit
+## see one order and every commit another; 'make test TEST_SEED=N' replays the order a run printed.
+TEST_SEED ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$((0x$$h)) || echo 1)
+RANDOM_ORDER = -p randomly -p no:cacheprovider --randomly-seed=$(TEST_SEED)
 
-.PHONY: setup demo test test-fast lint bench gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
+.PHONY: setup demo test test-fast test-stress lint bench gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
 
 setup: $(VENV)/.installed
 
@@ -24,10 +28,16 @@ lint: setup
 ## write the smoke experiments into CBM_SMOKE_EXPERIMENTS and the notebooks show those (a rerun skips
 ## every finished cell); a notebook alone runs its smoke preset itself (each cell may take 20 minutes).
 test: lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	@echo "tests in random order, seed $(TEST_SEED): 'make test TEST_SEED=$(TEST_SEED)' replays it"
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q $(RANDOM_ORDER)
 	export CBM_SMOKE_EXPERIMENTS=$$(mktemp -d) && \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -m slow && \
-	CBM_NOTEBOOK_OUT=$$CBM_SMOKE_EXPERIMENTS $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" -p no:cacheprovider --nbmake --nbmake-timeout=1200 notebooks
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q -m slow $(RANDOM_ORDER) && \
+	CBM_NOTEBOOK_OUT=$$CBM_SMOKE_EXPERIMENTS $(PY) -m pytest -n $(PYTEST_WORKERS) -q -o addopts="" $(RANDOM_ORDER) --nbmake --nbmake-timeout=1200 notebooks
+
+## The fast suite under load: both cores busy with CPU hogs, with 1 and then 3 workers, in a random
+## order (TEST_SEED). Not in CI (about 20 minutes on 2 cores); run it after changing tests that wait.
+test-stress: setup
+	PY=$(PY) TEST_SEED=$(TEST_SEED) bash tests/stress.sh
 
 ## The docs site (mkdocs.yml, docs/): built into site/ with --strict, so any warning (a broken link or
 ## anchor, a docstring mkdocstrings cannot read) fails. The configuration reference is regenerated first.
@@ -45,7 +55,7 @@ notebooks: setup
 	$(PY) notebooks/make_notebooks.py
 
 test-fast: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q $(RANDOM_ORDER)
 
 bench: setup
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

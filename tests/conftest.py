@@ -1,8 +1,12 @@
-"""Shared fixtures: compose the real Hydra config with small, CPU-only overrides."""
+"""Shared fixtures: compose the real Hydra config with small, CPU-only overrides; and the checks
+that no test leaks state into the next (signals, cwd, environment, torch's globals) or writes
+outside its own ``tmp_path``."""
 
 from __future__ import annotations
 
 import os
+import signal
+from pathlib import Path
 
 # One thread per test process: pytest-xdist runs one worker per core, and oversubscribed
 # OpenMP threads slow small torch ops 10-25x on 2 cores. Subprocesses inherit this.
@@ -64,7 +68,87 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest tests first (a stable sort: everything else keeps its order)."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Longest tests first, after every other plugin ordered the items (pytest-randomly's shuffle):
+    a stable sort, so everything else keeps the random order."""
+    result = yield
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(getattr(item, "originalname", item.name), len(rank)))
+    return result
+
+
+# ----------------------------------------------------------------------------- isolation
+#: Signals whose handler a test could leave changed (SIGKILL / SIGSTOP cannot be handled).
+HANDLED = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP) and s < signal.SIGRTMIN]
+
+
+def process_state() -> dict[str, object]:
+    """What one test must leave as it found it: every signal's handler, the main thread's signal
+    mask, the working directory."""
+    return {
+        "handlers": {signal.Signals(s).name: signal.getsignal(s) for s in HANDLED},
+        "mask": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "cwd": os.getcwd(),
+    }
+
+
+@pytest.fixture(autouse=True)
+def isolated():
+    """Checked, not assumed: a test that changes a signal handler, the signal mask or the working
+    directory fails (the next test would run in its state). The environment and torch's global
+    switches are put back after every test: product code run in-process sets them legitimately
+    (Lightning's ``seed_everything`` and ``deterministic`` write ``PL_GLOBAL_SEED``,
+    ``CUBLAS_WORKSPACE_CONFIG`` and turn deterministic algorithms on)."""
+    before = process_state()
+    env = dict(os.environ)
+    torch_state = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(), torch.get_default_dtype()
+    yield
+    after = process_state()
+    os.environ.clear()
+    os.environ.update(env)
+    torch.set_num_threads(torch_state[0])
+    torch.use_deterministic_algorithms(torch_state[1])
+    torch.set_default_dtype(torch_state[2])
+    changed = {k: {n: (v, after[k][n]) for n, v in before[k].items() if after[k][n] != v} if k == "handlers" else (before[k], after[k])
+               for k in before if before[k] != after[k]}  # fmt: skip
+    if changed:
+        for name, (handler, _) in changed.get("handlers", {}).items():
+            signal.signal(signal.Signals[name], handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before["mask"])
+        os.chdir(before["cwd"])
+        pytest.fail(f"the test leaked process state into the next test: {changed}", pytrace=False)
+
+
+#: Where a test may not leave files: the checkout it runs in (it writes under its own ``tmp_path``).
+CHECKOUT = Path(__file__).resolve().parent.parent
+#: Entries of the checkout that tools (not tests) make.
+TOOL_OUTPUT = {".git", ".venv", ".pytest_cache", ".ruff_cache", "__pycache__", "cbm.egg-info", "site", ".cache", ".whl"}
+
+
+def checkout_files() -> set[str]:
+    """Every file and folder of the checkout, but what tools make there (the venv, caches)."""
+    found: set[str] = set()
+    for root, dirs, files in os.walk(CHECKOUT):
+        dirs[:] = [d for d in dirs if d not in TOOL_OUTPUT and not d.endswith(".egg-info")]
+        rel = Path(root).relative_to(CHECKOUT)
+        found.update(str(rel / n) for n in (*dirs, *files) if not n.endswith((".pyc", ".pyo")))
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller (or a run without xdist)
+        session.config.stash[CHECKOUT_KEY] = checkout_files()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(CHECKOUT_KEY, None)
+    if before is None:
+        return
+    new = sorted(checkout_files() - before)
+    if new:
+        session.config.get_terminal_writer().line(f"tests wrote into the checkout (they must write under tmp_path): {new[:20]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+CHECKOUT_KEY = pytest.StashKey[set]()

@@ -94,6 +94,15 @@ EXPERIMENT = [
     ([*TINY, "train=[trainer.max_epochs=20"], "bad override", (SLOW,)),
     ([*TINY, "train=[batch_size=0]"], "batch_size", (SLOW,)),
     ([*TINY, "train=[data_storage=tape]"], "data_storage must be", (SLOW,)),
+    # every override of every list checked on its own, also one a later list replaces or the selection leaves out
+    (["+experiment=alignment_smoke", "train=[model=cbmm]"], "paper/blackbox (train; model=cbmm, replaced by a later override): config: unknown model 'cbmm' (choose from: blackbox,", ()),
+    ([*TINY, "train=[model=cbmm]"], "tab/cbm (train; model=cbmm, replaced by a later override): config: unknown model 'cbmm'", ()),
+    ([*TINY, "settings.tab=[data=robt]", "train=[data=robot,data.modality=tabular]"], "tab/cbm (train; data=robt, replaced by a later override): config: unknown data 'robt'", ()),
+    ([*TINY, "train=[trainer.max_epochs=0]", "models.cbm=[model=cbm,trainer.max_epochs=1]"],
+     "tab/cbm (train; trainer.max_epochs=0, replaced by a later override): config: trainer.max_epochs must be >= 1, got 0", ()),
+    ([*TINY, "train=[data.n_train=-5]", "models.cbm=[model=cbm,data.n_train=300]"], "(train; data.n_train=-5, replaced by a later override): ", (SLOW,)),
+    (["+experiment=alignment_smoke", "settings.easy=[data=robt]"], "easy/blackbox (train): config: unknown data 'robt'", ()),
+    ([*TINY, "+models.bb=[model=blackbox,trainer.max_epoch=3]", "select.models=[cbm]"], "bb (train): config: unknown key 'trainer.max_epoch'", (SLOW,)),
     # settings and models
     ([*TINY, "~settings"], "settings: the experiment needs at least one entry", ()),
     ([*TINY, "settings.tab=[data=nope]"], "tab/cbm (train): config: unknown data 'nope'", (SLOW,)),
@@ -209,7 +218,7 @@ def fx(tmp_path_factory):
     changed.mkdir(parents=True)
     (changed / "cell.json").write_text('{"fingerprint": "made-with-other-settings"}')
     (root / "locked").mkdir()
-    code = f"from cbm.experiments import runlock; import time; runlock.acquire({str(root / 'locked')!r}); print('held', flush=True); time.sleep(3600)"
+    code = f"from cbm.experiments import runlock; import threading; runlock.acquire({str(root / 'locked')!r}); print('held', flush=True); threading.Event().wait()"
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     yield root

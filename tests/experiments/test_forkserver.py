@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from handshake import alive, wait_exit, wait_for
 
 from cbm.experiments import forkserver
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not forkserver.available(), reason="fork server:
 
 #: A module the cells run: prints what it sees, then exits as its first argument says.
 CELL = textwrap.dedent("""\
-    import os, sys, time
+    import os, sys, threading
     import torch
     print("argv", sys.argv[1:], "orig", sys.orig_argv[1:3], "cwd", os.getcwd(), flush=True)
     print("env", os.environ.get("CELL_VAR"), "threads", torch.get_num_threads(), "parent", os.environ.get("CBM_PARENT_PID"))
@@ -29,7 +29,7 @@ CELL = textwrap.dedent("""\
         from cbm.experiments import lifeline
         lifeline.die_with_parent()
         print("sleeping", flush=True)
-        time.sleep(600)
+        threading.Event().wait()  # alive until killed
     if how == "raise":
         raise ValueError("broken cell")
     if how == "message":
@@ -85,15 +85,11 @@ def test_cells_die_with_the_server_and_a_dead_server_fails_new_cells(server, tmp
     out = tmp_path / "sleep.txt"
     cell = srv.start([sys.executable, "-m", "cellmod", "sleep"], out, env, cwd=str(tmp_path))
     pid = cell.wait_started()
-    deadline = time.monotonic() + 60
-    while not (out.is_file() and "sleeping" in out.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: out.is_file() and "sleeping" in out.read_text(), 60, "the cell to start sleeping")
     os.kill(srv.proc.pid, signal.SIGKILL)  # the server only: its cell must follow
     assert cell.wait() != 0  # reported failed: the server is gone
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
+    wait_exit(pid, 10, "the cell to die with its server")
+    assert not alive(pid)
     late = srv.start([sys.executable, "-m", "cellmod", "ok"], tmp_path / "late.txt", env)
     assert late.wait() == forkserver.START_FAILED
 

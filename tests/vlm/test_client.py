@@ -12,6 +12,7 @@ import time
 import httpx2
 import numpy as np
 import pytest
+from handshake import wait_for
 from werkzeug import Response
 
 from cbm.vlm.client import ChatClient, make_client
@@ -91,8 +92,10 @@ def test_client_errors_are_not_retried(httpserver, tmp_path):
 
 
 def test_timeout_is_retried_then_reported(httpserver, tmp_path):
-    def slow(req):
-        time.sleep(0.6)
+    release = threading.Event()
+
+    def slow(req):  # answers only once the test has seen the client give up
+        release.wait(60)
         return Response(json.dumps(completion("late")), content_type="application/json")
 
     httpserver.expect_request(PATH).respond_with_handler(slow)
@@ -103,10 +106,8 @@ def test_timeout_is_retried_then_reported(httpserver, tmp_path):
     assert e.value.kind == "timeout" and e.value.attempts == 2
     assert time.perf_counter() - t0 < 2.5
     assert c.usage.failures == {"timeout": 1} and c.usage.retries == 1
-    deadline = time.monotonic() + 5  # let the server finish answering the abandoned requests
-    while len(httpserver.log) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(httpserver.log) == 2
+    release.set()  # the server answers the abandoned requests now
+    wait_for(lambda: len(httpserver.log) == 2, 30, "the server to log both requests")
 
 
 @pytest.fixture
@@ -260,6 +261,9 @@ def test_map_resumes_after_interruption(httpserver, tmp_path):
 def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # plain http to a made-up host: no key may travel
     lock, state = threading.Lock(), {"now": 0, "peak": 0, "n": 0}
+    # every answered request waits for a second one in flight: the limit (2) is reached by hand-shake,
+    # not by luck; with a limit of 1 the pair never meets (BrokenBarrierError), above 2 the peak shows it
+    pair = threading.Barrier(2, timeout=30)
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         with lock:
@@ -267,11 +271,13 @@ def test_concurrency_limit_and_accounting_with_mock_transport(tmp_path, monkeypa
             state["n"] += 1
             state["peak"] = max(state["peak"], state["now"])
             n = state["n"]
-        time.sleep(0.05)
-        with lock:
-            state["now"] -= 1
-        if n == 1:
-            raise httpx2.ConnectError("connection refused")  # a transport failure: retried
+        try:
+            if n == 1:
+                raise httpx2.ConnectError("connection refused")  # a transport failure: retried
+            pair.wait()
+        finally:
+            with lock:
+                state["now"] -= 1
         return httpx2.Response(200, json=completion("x", prompt_tokens=1000, completion_tokens=100))
 
     cfg = ClientConfig(backend="openai", model="m", base_url="http://mock/v1", cache_dir=None, concurrency=2, backoff_s=0.0,
