@@ -29,6 +29,7 @@ from cbm.concurrency import Terminated, drain, stopped
 from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
+from cbm.config.safe_paths import check_creatable
 from cbm.experiments import forkserver, lifeline, runlock
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import DRY_RUN_ENV, say, write_json_atomic
@@ -50,6 +51,8 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
         raise ConfigError("experiment: the preset was not merged into the config: a preset is a YAML mapping of "
                           "settings whose first line is '# @package _global_' (as in conf/experiment/)")  # fmt: skip
     c = validate_schema(cfg)
+    if c.cache_dir is not None:
+        check_creatable(c.cache_dir, "cache_dir")  # every cell's data cache: refused once, before any cell
     cells = plan(c)
     refuse_changed(cells, c.output_dir)  # before Hydra writes into the experiment's directory
     seen: set[tuple[str, ...]] = set()

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cbm.concurrency import Terminated, stoppable, stopped
 from cbm.config import ConfigError, to_dataclass
+from cbm.config.safe_paths import check_creatable
 from cbm.config.train import TrainConfig
 from cbm.config.validate import as_dict
 from cbm.experiments import runlock
@@ -56,6 +57,8 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     model_cfg = validate_model(model_raw)
     if model_cfg["name"] == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
         raise ConfigError("trainer.checkpoint_monitor=concept_auroc: a black box has no concepts (use task_loss, task_acc or last)")
+    if train.cache_dir is not None:
+        check_creatable(train.cache_dir, "cache_dir")  # a file in the way: refused now, not when the data is written
     check_footprint(data, train.data_storage, train.cache_dir)  # fits in memory / on disk
     sizes = data.split_sizes
     for split, why in (("train", "to train on"), ("val", "to choose the best checkpoint"), ("test", "to test on")):
