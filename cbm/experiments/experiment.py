@@ -34,7 +34,7 @@ from cbm.experiments import forkserver, lifeline, runlock
 from cbm.experiments.cli import hydra_app
 from cbm.experiments.common import DRY_RUN_ENV, say, write_json_atomic
 from cbm.experiments.forkserver import ForkServer
-from cbm.experiments.plan import STAGES, Cell, plan
+from cbm.experiments.plan import STAGES, Cell, plan, replaced
 from synthetic.atomic import ensure_dir
 
 #: Name of the experiment's manifest (cells, their status and wall times) in its directory.
@@ -58,22 +58,71 @@ def validate(cfg: DictConfig | dict) -> ExperimentConfig:
     seen: set[tuple[str, ...]] = set()
     checks = {"train": lambda j: train.validate(j), "intervene": lambda j: intervene.validate(j, check_paths=False),
               "automate": lambda j: automate.validate(j, check_paths=False)}  # fmt: skip
-    for cell in cells:
-        over = tuple(o for o in cell.overrides if not o.startswith(("hydra.run.dir=", "seed=", "blackbox=")))
-        over = tuple("checkpoint=RUN_DIR" if o.startswith("checkpoint=") else o for o in over)
-        if (cell.stage, *over) in seen:
-            continue
-        seen.add((cell.stage, *over))
+
+    def compose(cell: Cell, over: list[str], where: str) -> DictConfig:
         try:
-            job = compose_plain(cell.stage, list(over))
+            job = compose_plain(cell.stage, over)
         except Exception as err:  # Hydra's composition errors
-            raise ConfigError(f"{cell.setting}/{cell.model} ({cell.stage}): {explain(err, list(over), cell.stage)}") from None
-        job = OmegaConf.masked_copy(job, [k for k in job if k != "hydra"])
-        try:
-            checks[cell.stage](job)
-        except ValueError as err:
-            raise ConfigError(f"{cell.setting}/{cell.model} ({cell.stage}): {err}") from None
+            raise ConfigError(f"{where}: {explain(err, over, cell.stage)}") from None
+        return OmegaConf.masked_copy(job, [k for k in job if k != "hydra"])
+
+    def check(cell: Cell, full: bool) -> None:
+        """The cell's config composed and validated (``full``: by its command's schema), then each
+        override a later one replaces put in effect, composed and (``full``) its own part validated."""
+        over = [o for o in cell.overrides if not o.startswith(("hydra.run.dir=", "seed=", "blackbox="))]
+        over = ["checkpoint=RUN_DIR" if o.startswith("checkpoint=") else o for o in over]
+        if (cell.stage, *over) in seen:
+            return
+        seen.add((cell.stage, *over))
+        where = f"{cell.setting}/{cell.model} ({cell.stage})"
+        job = compose(cell, over, where)
+        if full:
+            try:
+                checks[cell.stage](job)
+            except ValueError as err:
+                raise ConfigError(f"{where}: {err}") from None
+        for variant, shown in replaced(over):
+            where = f"{cell.setting}/{cell.model} ({cell.stage}; {', '.join(shown)}, replaced by a later override)"
+            job = compose(cell, variant, where)
+            if full and cell.stage == "train":
+                try:
+                    check_parts(job, shown)
+                except ValueError as err:
+                    raise ConfigError(f"{where}: {err}") from None
+
+    for cell in cells:
+        check(cell, full=True)
+    if c.select.settings is not None or c.select.models is not None:  # the entries the selection leaves out: composed
+        planned = {cell.key for cell in cells}
+        everything = validate_schema({**as_plain(cfg), "select": {"settings": None, "models": None}})
+        for cell in plan(everything):
+            if cell.stage == "train" and cell.key not in planned:
+                check(cell, full=False)
     return c
+
+
+def as_plain(cfg: DictConfig | dict) -> dict[str, Any]:
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[return-value]
+
+
+def check_parts(job: DictConfig, overrides: list[str]) -> None:
+    """The parts of a training config that ``overrides`` set (``data``, ``model``, the rest), each
+    validated by its own schema: a value a later override replaces is still a value the preset gives,
+    checked on its own (not against the rest of a cell it never reaches: a black box's
+    ``checkpoint_monitor``)."""
+    from cbm.config import to_dataclass
+    from cbm.config.train import TrainConfig
+    from cbm.models.registry import validate_model
+    from synthetic.registry import data_config
+
+    raw = as_plain(job)
+    parts = {o.lstrip("+~").partition("=")[0].split(".")[0].split("@")[0] for o in overrides}
+    if "data" in parts:
+        data_config(raw["data"])
+    if "model" in parts:
+        validate_model(raw["model"])
+    if parts - {"data", "model"}:
+        to_dataclass(TrainConfig, {k: v for k, v in raw.items() if k not in ("data", "model")}, "config")
 
 
 def refuse_changed(cells: list[Cell], root: Path | str) -> None:

@@ -200,3 +200,31 @@ def plan(cfg: ExperimentConfig, search_path: list[str] | None = None) -> list[Ce
     for cell in cells:  # the run directory stays last
         cell.overrides[-1:-1] = [*wandb_overrides(cfg, cell), *where]
     return cells
+
+
+def replaced(overrides: list[str]) -> list[tuple[list[str], list[str]]]:
+    """Overrides a later one of the same key or config group replaces (a preset's shared ``train``
+    list under a model's own ``model=``, a setting's ``data.n_train`` under ``train``'s), each put in
+    effect: ``(the list without the later ones of its key, the overrides put in effect)``, one list
+    per round (the first replaced value of every key, then the second ...). Composing these lists
+    checks every override of a preset on its own, whatever comes after it: a misspelt group option
+    or key is not silently dropped. ``[]`` when nothing is replaced (or the list does not parse:
+    composing it says why)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # OverrideParseException
+        return []
+    where: dict[tuple[str, str | None], list[int]] = {}
+    for i, o in enumerate(parsed):
+        if not o.key_or_group.startswith("hydra."):
+            where.setdefault((o.key_or_group, o.package), []).append(i)
+    rounds = max((len(at) for at in where.values()), default=1) - 1
+    out = []
+    for r in range(rounds):
+        keep = {at[min(r, len(at) - 1)] for at in where.values()}
+        drop = {i for at in where.values() for i in at if i not in keep}
+        shown = [overrides[at[r]] for at in where.values() if r < len(at) - 1]
+        out.append(([o for i, o in enumerate(overrides) if i not in drop], shown))
+    return out
