@@ -156,7 +156,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
     from cbm.interventions.policies.random import RandomPolicy
     from cbm.models import build_model
-    from cbm.tracking.wandb_run import exit_code_for, run_config, write_record
+    from cbm.tracking.wandb_run import distinct_name, exit_code_for, hydra_job, run_config, write_record
     from cbm.training.checkpoint import read_checkpoint
     from cbm.training.trainer import build_trainer, finish_wandb, wandb_logger_of
     from cbm.training.wandb_logging import log_training_results, replay_csv
@@ -189,9 +189,12 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     oracle_ks = resolve_ks(train_cfg.interventions.ks, model.n_concepts) if model.has_concepts else []  # [7, max] of 7: refused now
     if t.compile:
         model.backbone.compile()
+    job = hydra_job()
     run_name = f"{data_cfg.name}-{model_cfg['name']}-s{train_cfg.seed}"
+    if job.get("mode") == "run":  # a sweep's names show its settings (identity); one run's: their hash
+        run_name = distinct_name(run_name, job["overrides"], {"data": data_cfg.name, "model": model_cfg["name"], "seed": str(train_cfg.seed)})
     config = OmegaConf.to_container(cfg, resolve=True)
-    trainer = build_trainer(train_cfg, run_dir, run_name, config=run_config(config, "cbm-train"), resume=resume)
+    trainer = build_trainer(train_cfg, run_dir, run_name, config=run_config(config, "cbm-train", job), resume=resume)
     wb = wandb_logger_of(trainer) if zero else None
     if resume and zero:
         ckpt_epoch = int(read_checkpoint(last)["epoch"])

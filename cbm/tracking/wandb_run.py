@@ -6,7 +6,8 @@ stable ids, summaries and long-format tables, artifacts and true exit codes.
   runs can be sliced by seed or by any swept setting.
 * **Identity** (:func:`identity`): ``group`` = ``logger.wandb.group``, else the experiment or the
   multirun sweep directory; ``job_type`` = the command; ``name`` = the run's own name plus the
-  swept settings (unique within a sweep); ``id``: new, or the run's recorded one on resume, or a
+  swept settings (unique within a sweep), a single training's with a hash of its other settings
+  (:func:`distinct_name`); ``id``: new, or the run's recorded one on resume, or a
   stable one for runs that are rewritten (an experiment's report).
 * Each run directory keeps ``wandb.json`` (id, project, group, name, job type), which a resume
   continues and which ``cbm-intervene`` / ``cbm-automate`` read to join their training's group.
@@ -74,6 +75,36 @@ def hydra_job() -> dict[str, Any]:
 def swept_overrides(task: Sequence[str]) -> list[str]:
     """The overrides of a multirun job that say what it is (not where it writes)."""
     return [o for o in task if not o.lstrip("+~").startswith(_LOCATION_KEYS)]
+
+
+#: Hex digits of the settings hash in a run's name (:func:`distinct_name`).
+NAME_HASH_CHARS = 6
+
+
+def distinct_name(base: str, overrides: Sequence[str], shown: Mapping[str, str] | None = None) -> str:
+    """``base`` (``robot-cbm-s0``: what a run's name shows) and a short hash of the command-line
+    overrides that say what else the run is (``robot-cbm-s0-e2d995`` for ``model.optim.lr=0.01``):
+    two runs that differ in any setting get different names, as a sweep's runs do, and the same
+    overrides (in any order, ``+`` or not) give the same name. Left out: overrides that say where
+    a run writes or logs, and those whose value ``base`` shows (``shown``: ``{"seed": "0",
+    "model": "cbm"}``); none left: ``base`` itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    shown = dict(shown or {})
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # not Hydra's overrides (a run started in code): the plain name
+        return base
+    where = {k.rstrip(".") for k in _LOCATION_KEYS}
+    what = []
+    for o in parsed:
+        key = o.key_or_group + (f"@{o.package}" if o.package else "")
+        if key.split(".")[0] in where or (key in shown and str(o.value()) == str(shown[key])):
+            continue
+        what.append(f"{'~' if o.is_delete() else ''}{key}={json.dumps(o.value(), sort_keys=True, default=str)}")
+    if not what:
+        return base
+    return f"{base}-{hashlib.sha256(json.dumps(sorted(what)).encode()).hexdigest()[:NAME_HASH_CHARS]}"
 
 
 def git_commit(path: Path | None = None) -> str | None:

@@ -17,6 +17,7 @@ from forked import run_forked
 
 from cbm.experiments import forkserver
 from cbm.tracking.offline import OfflineRun, read_run, runs_under
+from cbm.tracking.wandb_run import distinct_name
 
 TAB = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=200", "trainer.enable_progress_bar=false",
        "batch_size=50", "trainer.log_every_n_steps=2"]  # fmt: skip
@@ -104,6 +105,23 @@ def test_a_failed_run_is_recorded_with_its_exit_code(tmp_path):
     assert res.returncode == 2 and "injected failure" in res.stderr.strip().splitlines()[-1]
     (run,) = runs_under(run_dir)
     assert run.exit_code == 2
+    assert run.name == distinct_name("robot-cbm-s0", [*TAB, "trainer.max_epochs=2"]) != "robot-cbm-s0"  # its settings' hash
+
+
+def test_a_single_runs_name_is_unique_per_setting_and_the_same_for_the_same_settings():
+    """Runs that differ in a setting other than data, model and seed (two learning rates) get
+    different W&B names, as a sweep's runs do; the same overrides give the same name, in any order,
+    with or without '+', whatever says where the run writes or logs and whatever the name shows."""
+    base, shown = "robot-cbm-s0", {"data": "robot", "model": "cbm", "seed": "0"}
+    lr2, lr3 = distinct_name(base, ["model.optim.lr=0.01"], shown), distinct_name(base, ["model.optim.lr=0.001"], shown)
+    assert (lr2, lr3) == ("robot-cbm-s0-e2d995", "robot-cbm-s0-014c54")
+    same = ["data=robot", "seed=0", "+model.optim.lr=0.01", "model=cbm", "hydra.run.dir=/runs/a", "cache_dir=/c", "logger=csv_only",
+            "logger.wandb.mode=offline", "output_dir=/o"]  # fmt: skip
+    assert distinct_name(base, same, shown) == lr2 == distinct_name(base, ["model.optim.lr=0.01"], shown)
+    assert distinct_name(base, ["a=1", "b=[2, 3]"], shown) == distinct_name(base, ["b=[2,3]", "a=1"], shown)
+    assert distinct_name(base, [], shown) == base == distinct_name(base, ["seed=0", "model=cbm", "hydra.run.dir=/x"], shown)
+    assert distinct_name(base, ["data=robot_paper"], shown) != base  # its name shows 'robot': the choice is in the hash
+    assert distinct_name(base, ["seed=1"], shown) != base  # a seed the name does not show
 
 
 def test_a_run_a_scheduler_terminates_says_so_exits_143_and_resumes(tmp_path):
@@ -138,7 +156,7 @@ def test_a_resumed_run_continues_its_id_with_contiguous_epochs(tmp_path):
     runs = runs_under(run_dir)
     second = next(r for r in runs if r.exit_code == 0)
     assert len(runs) == 2 and first.id == second.id == json.loads((run_dir / "wandb.json").read_text())["id"]
-    assert second.name == "robot-cem-s0" and second.job_type == "train"
+    assert second.name == distinct_name("robot-cem-s0", args, {"model": "cem"}) and second.job_type == "train"
     assert sorted(val_epochs(first) + val_epochs(second)) == [0, 1, 2, 3]
     assert "oracle/k=7" in second.summary
 
