@@ -39,6 +39,7 @@ def run(cfg: DictConfig | ICLConfig) -> dict[str, Any]:
             wandb_run.log_result_files(wb, o, "stats.json", images=["radar.png"])
     say("accuracy (per model x dataset x condition):\n" + (o / "accuracy.md").read_text(encoding="utf-8").rstrip())
     say("judge (mean 1-5 scores):\n" + (o / "judge.md").read_text(encoding="utf-8").rstrip())
+    say((o / "losses.md").read_text(encoding="utf-8").rstrip())
     if (o / "checker.md").exists():
         say("E5 checker:\n" + (o / "checker.md").read_text(encoding="utf-8").rstrip())
     say(f"tables: {o}/*.md, *.csv  statistics: {o}/stats.md  radar chart: {o}/radar.png  records: {o}/records/")

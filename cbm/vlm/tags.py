@@ -37,10 +37,13 @@ _REASONING_BLOCK = re.compile(rf"<\s*({_REASONING_TAGS})\b[^>]*>.*?<\s*/\s*\1\s*
 _REASONING_OPEN = re.compile(rf"<\s*{_REASONING_TAGS}\b[^>]*>", re.IGNORECASE)
 _REASONING_CLOSE = re.compile(rf"<\s*/\s*{_REASONING_TAGS}\s*>", re.IGNORECASE)
 _FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[\w+-]*[ \t]*$", re.MULTILINE)
+#: A reply (or a tag's value) that declines to answer: "I'm sorry", "I can't classify this", "it cannot
+#: be determined", "not possible to tell", "As an AI ..." (:func:`declines`).
 REFUSAL = re.compile(
     r"\b(?:I\s*(?:'m| am)\s+(?:sorry|unable|not able)|I\s+(?:cannot|can't|can not|won't|am unable to)\s+"
-    r"(?:help|assist|answer|determine|tell|provide|comply|identify|say|decide)|(?:cannot|can't|impossible to)\s+(?:be\s+)?determined?|"
-    r"as an ai\b|unable to (?:determine|answer|tell))",
+    r"(?:help|assist|answer|determine|tell|provide|comply|identify|say|decide|classify|categori[sz]e|recogni[sz]e|distinguish|label|make out)|"
+    r"(?:cannot|can't|impossible to|not possible to)\s+(?:be\s+)?(?:determined?|classif(?:y|ied)|tell|say)|"
+    r"as an ai\b|unable to (?:determine|answer|tell|classify|identify|say))",
     re.IGNORECASE,
 )
 _NEGATION = re.compile(r"(?:\bnot|n't|\bno|\bnever|\bneither|\bnor|\brather than|\binstead of)\s+(?:\w+\s+){0,2}$", re.IGNORECASE)
@@ -65,6 +68,13 @@ def clean_reply(text: str | None) -> str:
     if opened is not None:
         t = t[: opened.start()]
     return _FENCE_LINE.sub("", t)
+
+
+def declines(text: str | None) -> bool:
+    """Whether a reply or a tag's value declines to answer (:data:`REFUSAL`; reasoning blocks,
+    fences and escaped tags dropped first, as :func:`clean_reply` does): how every parser here tells
+    a ``refused`` reply from a ``missing`` or ``not_in_options`` one."""
+    return bool(REFUSAL.search(clean_reply(text)))
 
 
 def plain_text(value: str) -> str:
@@ -216,7 +226,7 @@ def tolerant_value(reply: str, tag: str, label: str | None = None) -> tuple[TagR
 
 def _missing(found: TagResult, raw: str) -> TagResult:
     """A missing value: ``refused`` when the reply declines to answer, else the parse's own error."""
-    if found.error is not None and found.error.kind == "missing" and REFUSAL.search(clean_reply(raw)):
+    if found.error is not None and found.error.kind == "missing" and declines(raw):
         return TagResult(None, ParseError("refused", "the reply declines to answer"), raw)
     return found
 
@@ -244,7 +254,7 @@ def parse_choice(reply: str | None, tag: str, options: Iterable[str], aliases: M
     got, kind = match_option(value, opts, aliases)
     if got is not None:
         return TagResult(got, None, raw)
-    if kind == "not_in_options" and REFUSAL.search(value):
+    if kind == "not_in_options" and declines(value):
         return TagResult(None, ParseError("refused", f"<{tag}> declines to answer: {value[:40]!r}"), raw)
     what = "names several options or only negated ones" if kind == "ambiguous" else "is not one of the options"
     return TagResult(None, ParseError(kind, f"<{tag}> {what}: {value[:40]!r}, expected one of {sorted(opts)}"), raw)

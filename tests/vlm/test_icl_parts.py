@@ -72,7 +72,10 @@ OPTS = ["1", "2", "3"]
         ("E1", "<response>2</response>", "2", []),
         ("E1", "I think <response> Class 2. </response>", "2", []),
         ("E1", "The answer is 2.", None, ["missing"]),
-        ("E1", "<response>2", None, ["unclosed"]),
+        ("E1", "<response>2", "2", []),  # the final tag never closed: read to the line end
+        ("E1", "<response>9", None, ["unclosed"]),
+        ("E1", "**Response:** 2", "2", []),
+        ("E1", "I cannot classify this image.", None, ["refused"]),
         ("E1", "2</response>", None, ["missing", "orphan"]),
         ("E1", "<response>7</response>", None, ["not_in_options"]),
         ("E1", "<response>1</response><explanation>round head</explanation>", "1", ["extra_tags"]),
@@ -91,8 +94,9 @@ def test_reply_parser_error_kinds(condition, reply, response, kinds):
 
 
 def test_parse_counts_and_features():
-    ps = [parse_reply("<response>9</response>", "E1", OPTS), parse_reply("", "E4", OPTS), parse_reply("<response>1", "E1", OPTS)]
-    assert count_issues(ps) == {"missing": 4, "unclosed": 1, "orphan": 0, "not_in_options": 1, "extra_tags": 0}
+    ps = [parse_reply("<response>9</response>", "E1", OPTS), parse_reply("", "E4", OPTS), parse_reply("<response>1<kb>", "E1", OPTS),
+          parse_reply("<response>x", "E1", OPTS), parse_reply("As an AI, I can't say.", "E1", OPTS)]  # fmt: skip
+    assert count_issues(ps) == {"missing": 4, "unclosed": 2, "orphan": 0, "not_in_options": 1, "extra_tags": 1, "refused": 1}
     assert bullet_features("- Star hands.\n* pointy feet\n1. star hands\n\n• round head") == ["star hands", "pointy feet", "round head"]
 
 

@@ -317,22 +317,34 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver, table)
     import subprocess
     import sys
 
-    httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(table))
+    base = scripted(table)
+
+    def handler(req):  # the global-discriminativeness judge says 3
+        text = json.loads(req.data)["messages"][-1]["content"][-1]["text"]
+        return completion("<global_discriminativeness>3</global_discriminativeness>") if "global discriminativeness" in text else base(req)
+
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(handler)
     exe = [sys.executable, "-m", "cbm.experiments.icl_cli"]
     roles = [f"{r}.{k}={v}" for r in ("models.vlm", "judge") for k, v in
              (("model", "scripted"), ("base_url", httpserver.url_for("/v1")), ("cache_dir", tmp_path / "replies"))]  # fmt: skip
     data = [f"datasets.robot.data.{k}={v}" for k, v in ROBOT["data"].items() if k != "name"]
     env = {**os.environ, "CBM_CACHE_DIR": str(tmp_path / "cache")}
     out = tmp_path / "cli"
-    done = subprocess.run([*exe, *roles, *data, "conditions=[E1,E5]", "episodes.k_shots=[1]", f"hydra.run.dir={out}"],
-                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    # with the global judge: E1 is not judged, so its row's global cell is empty (W&B's table refused it: exit 1 after every file)
+    done = subprocess.run([*exe, *roles, *data, "conditions=[E1,E5]", "episodes.k_shots=[1]", "judge_options.global_discriminativeness=true",
+                           f"hydra.run.dir={out}"], capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "E5 checker:" in done.stdout + done.stderr and (out / "radar.png").is_file()
+    assert "Re-asks and losses by reason" in done.stdout + done.stderr and (out / "losses.csv").is_file()  # the summary has the table
     assert json.loads((out / "results.json").read_text())["trials"] == 2 * 13
     from cbm.tracking.offline import runs_under  # the command line logs to W&B offline (job type icl)
 
     (wb,) = runs_under(out)
     assert wb.job_type == "icl" and wb.exit_code == 0 and wb.config["run"]["command"] == "cbm-icl"
     assert wb.config["conditions"] == ["E1", "E5"] and any(k.startswith("tables/") for h in wb.history for k in h)
+    (judge,) = [json.loads(p.read_text()) for p in out.rglob("files/media/table/tables/judge_*.table.json") if re.match(r"judge_\d+_", p.name)]
+    cols, rows = judge["columns"], judge["data"]
+    g = cols.index("global_discriminativeness")
+    assert [(r[cols.index("condition")], r[g]) for r in rows] == [("E1", None), ("E5", 3.0)]
     bad = subprocess.run([*exe, *roles, "episodes.k_shots=[0]"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip() == "cbm-icl: error: episodes.k_shots: distinct K, each >= 1, got [0]"

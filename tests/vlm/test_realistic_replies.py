@@ -23,6 +23,7 @@ from werkzeug import Response
 
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.run import run
+from cbm.vlm.icl.judge import METRICS
 from cbm.vlm.messages import decode_image_part
 
 N_ITEMS = 40
@@ -206,8 +207,20 @@ def icl_answer_forms(reply: str) -> list[str]:
         reply.replace(f"<response>{label}</response>", f"<response>**{label}**</response>"),
         reply.replace(f"<response>{label}</response>", f"<response>The query image shows {label}.</response>"),
         reply.replace("<response>", "<Response>").replace("</response>", "</Response>"),
-        "I'm unable to classify this image without more context.",  # the re-ask recovers it
+        reply.replace(f"<response>{label}</response>", f"<response>{label}"),  # the final tag never closed: read, no re-ask
+        reply.replace(f"<response>{label}</response>", f"\n**Response:** {label}"),  # a markdown line for the tag: read, no re-ask
+        "I'm unable to classify this image without more context.",  # refusals: the re-ask recovers them
+        *REFUSALS[1:3],
     ]
+
+
+#: Refusals as models write them: no label and no format error, a reason of their own (``refused``).
+REFUSALS = [
+    "I'm unable to classify this image without more context.",
+    "I'm sorry, but I can't classify the query robot from these few examples.",
+    "<response>I cannot determine the class from this image.</response>",
+    "Unfortunately, it is not possible to tell which class the query belongs to: the image is too small.",
+]
 
 
 def icl_judge_forms(reply: str) -> list[str]:
@@ -263,7 +276,7 @@ def test_icl_scores_realistic_replies(tmp_path, httpserver):
     real = run_icl(make_cfg(tmp_path / "real", httpserver))
     recs = real["records"]
     # every form was sent; every trial answered with a readable label, every judge reply complete where the plan's is
-    assert used == {("answer", i) for i in range(8)} | {("judge", i) for i in range(7)}
+    assert used == {("answer", i) for i in range(len(icl_answer_forms("<response>x</response>")))} | {("judge", i) for i in range(7)}
     assert sum(r["parsed"]["response"] is not None for r in recs) == len(recs) >= 0.95 * len(recs)
     assert [r.get("judge", {}).get("complete") for r in recs] == [r.get("judge", {}).get("complete") for r in plain["records"]]
     assert all(("judge" in r) == (r["condition"] != "E1") for r in recs)  # E1 asks for no explanation: not judged
@@ -274,3 +287,91 @@ def test_icl_scores_realistic_replies(tmp_path, httpserver):
     rows = real["tables"]["parse_errors"]
     assert sum(r["reasked"] for r in rows) >= 5 and all(r["recovered"] == r["reasked"] for r in rows)
     assert sum("first_errors" in r.get("judge", {}) for r in recs) >= 5
+    # a re-ask only for a reply without a label (the refusals): never for an unclosed final tag or a **Response:** line
+    forms = icl_answer_forms("<response>x</response>")
+    firsts = [r["reply"] for r in recs if "reask" in r]
+    assert firsts and all(f in forms[-3:] for f in firsts)
+    assert [i["kind"] for r in recs if "reask" in r for i in r["first_issues"] if i["tag"] == "response"] == ["refused"] * len(firsts)
+    lost = {r["condition"]: r for r in real["tables"]["losses"]}
+    assert all(r["lost"] == 0 and r["recovered"] == r["reasked"] for r in lost.values())
+    assert sum(r["reasked"] for r in lost.values()) == len(firsts)
+
+
+def refusing_icl(inner, refused: dict[str, int]):
+    """Wraps the planned endpoint: the answer to every 5th trial (a seeded hash of its request) is a
+    refusal, and so is the re-ask's; ``refused`` counts them by condition. The judge gives 1 on
+    every metric to an output that refuses: were a refusal judged, the means would show it."""
+    from test_icl_run import MARK
+
+    class Req:
+        def __init__(self, data: bytes):
+            self.data = data
+
+    def handler(req):
+        msgs = json.loads(req.data)["messages"]
+        reask = len(msgs) >= 3 and msgs[-2]["role"] == "assistant" and "could not be read" in str(msgs[-1]["content"])
+        first = msgs[:-2] if reask else msgs
+        last = next(p["text"] for p in first[-1]["content"] if p["type"] == "text")
+        if any(r in last for r in REFUSALS):  # the judge, asked about a refusal
+            return completion("".join(f"<{m}>1</{m}>" for m in METRICS))
+        planned = inner(Req(json.dumps({"messages": first}).encode()))
+        system = first[0]["content"] if first[0]["role"] == "system" else ""
+        cond = next((c for c, mark in MARK.items() if mark in system + last), None)
+        key = hashlib.sha256(json.dumps(first).encode()).digest()
+        if cond is None or key[0] % 5:
+            return planned
+        if not reask:
+            refused[cond] = refused.get(cond, 0) + 1
+        return completion(REFUSALS[key[1] % len(REFUSALS)])
+
+    return handler
+
+
+@pytest.mark.timeout(600)
+def test_icl_refusals_are_counted_and_never_judged(tmp_path, httpserver):
+    """A model that refuses some trials, and again when re-asked: each trial is lost as ``refused``
+    (not ``missing``), never sent to the judge and in no judge mean; the losses table (in the run's
+    outputs, stats.md and the summary) counts re-asks and losses by reason per condition, exactly."""
+    from test_icl_run import JUDGE_SCORE, ROBOT, make_cfg, scripted
+
+    from cbm.vlm.icl.datasets import make_dataset
+    from cbm.vlm.icl.run import run as run_icl
+
+    ds = make_dataset("robot", dict(ROBOT), str(tmp_path / "cache"))
+    table = {np.asarray(ds.image(i)).tobytes(): ds.class_names[ds.labels[i]] for i in range(len(ds))}
+    refused: dict[str, int] = {}
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(refusing_icl(scripted(table), refused))
+    conds = ["E1", "E2", "E3"]
+    out = run_icl(make_cfg(tmp_path, httpserver, conditions=conds, episodes={"k_shots": [1]}))
+    recs = out["records"]
+    n = {c: sum(r["condition"] == c for r in recs) for c in conds}
+    assert all(refused.get(c, 0) >= 1 for c in conds) and sum(refused.values()) < len(recs) / 2
+    gone = [r for r in recs if r["parsed"]["response"] is None]
+    assert len(gone) == sum(refused.values())
+    for r in gone:  # refused twice: recorded as such (the condition's other tags missing too), not judged
+        assert [i["kind"] for i in r["parsed"]["issues"] if i["tag"] == "response"] == ["refused"]
+        assert [i["kind"] for i in r["first_issues"] if i["tag"] == "response"] == ["refused"]
+        assert "judge" not in r and r["reply"] in REFUSALS and r["reask"] in REFUSALS
+    judge_prompts = [m for req, _ in httpserver.log for m in [json.loads(req.data)["messages"]] if "You are a fair LLM judge" in str(m)]
+    assert judge_prompts and not any(x in str(m) for m in judge_prompts for x in REFUSALS)  # not one refusal was sent to the judge
+    judge = {r["condition"]: r for r in out["tables"]["judge"]}
+    assert {c: judge[c]["judged"] for c in ("E2", "E3")} == {c: n[c] - refused[c] for c in ("E2", "E3")}
+    assert all(judge[c][m] == JUDGE_SCORE[c] for c in ("E2", "E3") for m in METRICS if not (c == "E2" and m == "conciseness"))
+    losses = {r["condition"]: r for r in out["tables"]["losses"]}
+    for c in conds:
+        assert losses[c] == {"model": "vlm", "dataset": "robot", "condition": c, "trials": n[c], "reasked": refused[c], "recovered": 0,
+                             "lost": refused[c], "lost_request_failed": 0, "lost_refused": refused[c], "lost_missing": 0, "lost_unclosed": 0,
+                             "lost_not_in_options": 0, "judge_reasked": losses[c]["judge_reasked"], "judge_recovered": 0,
+                             "judge_incomplete": losses[c]["judge_reasked"], "judge_failed": 0,
+                             "judge_skipped_refused": 0 if c == "E1" else refused[c]}  # fmt: skip
+    # the judge's broken E2 replies (conciseness 7 on the unclosed explanations) are re-asked and broken again
+    assert losses["E2"]["judge_reasked"] >= 1 and losses["E1"]["judge_reasked"] == losses["E3"]["judge_reasked"] == 0
+    assert sum(r["refused"] for r in out["tables"]["parse_errors"]) == len(gone)  # the parse table's new kind
+    run_dir = tmp_path / "run"
+    assert (run_dir / "losses.csv").read_text().splitlines()[0].startswith("model,dataset,condition,trials,reasked,recovered,lost,")
+    row = f"| vlm | robot | E3 | {n['E3']} | {refused['E3']} | 0 | {refused['E3']} | 0 | {refused['E3']} |"
+    assert row in (run_dir / "losses.md").read_text() and row in (run_dir / "stats.md").read_text()
+    # a rerun resumes: the refusals stay unjudged, nothing is asked again
+    sent = len(httpserver.log)
+    again = run_icl(make_cfg(tmp_path, httpserver, conditions=conds, episodes={"k_shots": [1]}))
+    assert len(httpserver.log) == sent and again["tables"] == out["tables"]

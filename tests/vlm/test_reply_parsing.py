@@ -42,6 +42,9 @@ ANSWERS = [  # reply -> (value, error kind)
     ("<answer></answer>", (None, "empty")),
     ("I'm sorry, but I can't help with identifying this robot.", (None, "refused")),
     ("<answer>I cannot determine this from the image.</answer>", (None, "refused")),
+    ("I cannot classify this robot from such a small image.", (None, "refused")),
+    ("Unfortunately, it is not possible to tell which class this robot belongs to.", (None, "refused")),
+    ("<answer>I'm not able to recognise the robot.</answer>", (None, "refused")),
     ("", (None, "missing")),
 ]
 
@@ -87,6 +90,43 @@ def test_verdicts_answers_concepts_and_icl_responses():
     p = parse_reply("<response>**Star hands**</response>", "E1", ["star hands", "round hands"])
     assert p.response == "star hands"
     assert parse_reply("<response>class 1 or 2</response>", "E1", ["1", "2"]).response is None
+
+
+#: ICL replies (E1 unless named) -> (label, issue kinds): the shared parser's reading of a tag left
+#: out or never closed, and its refusal test, in cbm.vlm.icl.parse.
+ICL_OPTIONS = ["star hands", "ball hands", "claw hands"]
+ICL_REPLIES = [
+    ("<response>ball hands</response>", ("ball hands", [])),
+    ("The hands are round balls.\n<response>ball hands", ("ball hands", [])),  # the final tag never closed: read to the line end
+    ("**Response:** claw hands", ("claw hands", [])),
+    ("Looking at the examples, the query matches the second one.\n\n**Response:** **Ball hands**", ("ball hands", [])),
+    ("Response: star hands", ("star hands", [])),
+    ("<final_response>star hands</final_response>", ("star hands", [])),
+    ("I'm unable to classify this image without more context.", (None, ["refused"])),
+    ("I'm sorry, but I can't classify the query robot from these examples.", (None, ["refused"])),
+    ("<response>I cannot determine the class from this image.</response>", (None, ["refused"])),
+    ("<response>I can't tell", (None, ["refused"])),
+    ("<response>wing hands</response>", (None, ["not_in_options"])),
+    ("<response>wing hands", (None, ["unclosed"])),
+    ("The query is probably star hands.", (None, ["missing"])),
+    ("star hands</response>", (None, ["missing", "orphan"])),
+]
+
+
+@pytest.mark.parametrize("reply,expected", ICL_REPLIES)
+def test_icl_replies_are_read_by_the_shared_parser(reply, expected):
+    p = parse_reply(reply, "E1", ICL_OPTIONS)
+    assert (p.response, p.kinds()) == expected
+
+
+def test_icl_refusals_and_untagged_responses_under_every_condition():
+    e3 = "<features>\n- round hands\n- square head\n</features>\n**Response:** ball hands"
+    assert (parse_reply(e3, "E3", ICL_OPTIONS).response, parse_reply(e3, "E3", ICL_OPTIONS).kinds()) == ("ball hands", [])
+    e2 = "<explanation>The hands are claws.</explanation>\n<response>claw hands"
+    assert (parse_reply(e2, "E2", ICL_OPTIONS).response, parse_reply(e2, "E2", ICL_OPTIONS).kinds()) == ("claw hands", [])
+    e4 = "<features>\n- hand shape: ?\n</features>\nI'm sorry, I cannot determine the class of this robot."
+    p = parse_reply(e4, "E4", ICL_OPTIONS)  # the missing E4 tags are still format errors; the response is a refusal
+    assert p.response is None and p.kinds() == ["missing", "refused"] and [i.tag for i in p.issues if i.kind == "missing"] == ["kb", "rule_check"]
 
 
 def test_clean_reply_keeps_the_answer_part():

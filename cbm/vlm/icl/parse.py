@@ -8,10 +8,15 @@ Every condition names the tags its reply must hold (E1 ``response``; E2 + ``expl
 * ``unclosed``: a tag opened and never closed;
 * ``orphan``: a closing tag with no opening tag;
 * ``not_in_options``: ``<response>`` is not one of the episode's labels;
-* ``extra_tags``: a known tag the condition does not ask for (e.g. ``<kb>`` under E3).
+* ``extra_tags``: a known tag the condition does not ask for (e.g. ``<kb>`` under E3);
+* ``refused``: no label, and the reply declines to answer (:func:`cbm.vlm.tags.declines`, the
+  shared reply parser's test: "I'm unable to classify this image").
 
-The response counts (for accuracy) only when ``<response>`` parsed to an option; every error is
-kept with its kind, so the tables count them per model x condition.
+A ``<response>`` the reply leaves out or never closes is read as the shared parser reads any tag
+(:func:`cbm.vlm.tags.tolerant_value`): an unclosed final ``<response>2`` to its line end, a
+``**Response:** 2`` line, a ``<final_response>`` tag; a label read so is no issue (nothing to re-ask).
+The response counts (for accuracy) only when it parsed to an option; every error is kept with its
+kind, so the tables count them per model x condition.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.tags import clean_reply, match_option, tag_blocks
+from cbm.vlm.tags import clean_reply, declines, match_option, tag_blocks, tolerant_value
 
-ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags")
+ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags", "refused")
 #: The tags each condition asks for.
 CONDITION_TAGS: dict[str, tuple[str, ...]] = {
     "E1": ("response",),
@@ -72,6 +77,17 @@ def normalise_label(value: str) -> str:
     return v.strip()
 
 
+def read_label(value: str, options: Sequence[str]) -> str | None:
+    """The option ``value`` names (case, markup, a ``class`` prefix ignored; or a sentence naming
+    exactly one label, "The query image shows class 2."), or ``None``."""
+    opts = {normalise_label(o): o for o in options}
+    got = normalise_label(value)
+    if got not in opts:
+        named, _ = match_option(value, [normalise_label(o) for o in options])
+        got = named if named is not None else got
+    return opts.get(got)
+
+
 def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Parsed:
     """Parse one reply of ``condition`` against the episode's label ``options``."""
     if condition not in CONDITION_TAGS:
@@ -81,6 +97,11 @@ def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Pa
     out = Parsed(condition)
     for tag in KNOWN_TAGS:
         bodies, unclosed, orphans = tag_blocks(text, tag)
+        if tag == "response" and tag in want and not bodies:  # left out or never closed: read as the shared parser reads a tag
+            _, value = tolerant_value(reply or "", tag)
+            label = read_label(value, options) if value else None
+            if label is not None:
+                out.fields[tag], out.response, unclosed = value, label, 0
         if unclosed:
             out.issues.append(Issue("unclosed", tag, f"<{tag}> opened {unclosed}x without </{tag}>"))
         if orphans:
@@ -91,19 +112,36 @@ def parse_reply(reply: str | None, condition: str, options: Sequence[str]) -> Pa
             continue
         if bodies:
             out.fields[tag] = "\n".join(bodies) if tag != "response" else bodies[-1]
-        elif not unclosed:
+        elif not unclosed and tag not in out.fields:
             out.issues.append(Issue("missing", tag, f"no <{tag}>"))
-    if "response" in out.fields:
-        opts = {normalise_label(o): o for o in options}
-        got = normalise_label(out.fields["response"])
-        if got not in opts:  # a sentence naming exactly one label ("The query image shows class 2.")
-            named, _ = match_option(out.fields["response"], [normalise_label(o) for o in options])
-            got = named if named is not None else got
-        if got in opts:
-            out.response = opts[got]
-        else:
+    if "response" in out.fields and out.response is None:
+        out.response = read_label(out.fields["response"], options)
+        if out.response is None:
             out.issues.append(Issue("not_in_options", "response", f"{out.fields['response'][:40]!r} is not one of {list(options)}"))
+    if out.response is None and "response" in want and declines(out.fields.get("response", reply)):
+        # no label, and the reply declines to answer: refused, not a format error (the response's own issue replaced)
+        out.issues = [i for i in out.issues if i.tag != "response" or i.kind == "orphan"]
+        out.issues.append(Issue("refused", "response", "the reply declines to answer"))
     return out
+
+
+def refused(parsed: Parsed | dict) -> bool:
+    """Whether a parsed reply (or its JSON) declined to answer."""
+    issues = parsed.issues if isinstance(parsed, Parsed) else parsed.get("issues", [])
+    return any((i.kind if isinstance(i, Issue) else i["kind"]) == "refused" for i in issues)
+
+
+#: Why a trial has no label, most telling first: a refusal, then the response tag's own problem.
+LOSS_ORDER = ("refused", "missing", "unclosed", "not_in_options")
+
+
+def loss_reason(parsed: dict) -> str | None:
+    """Why a parsed reply (its JSON) has no label: ``refused``, ``missing``, ``unclosed`` or
+    ``not_in_options`` (the response tag's issue); ``None`` when it has one."""
+    if parsed.get("response") is not None:
+        return None
+    kinds = {i["kind"] for i in parsed.get("issues", []) if i["tag"] == "response"}
+    return next((k for k in LOSS_ORDER if k in kinds), "missing")
 
 
 def bullet_features(text: str) -> list[str]:

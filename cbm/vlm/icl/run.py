@@ -9,7 +9,11 @@ options): a record made by other settings is redone, not reused (see :meth:`Stud
 ``run(cfg)`` writes ``accuracy.{md,csv}``, ``parse_errors.csv``, ``judge.{md,csv}``,
 ``checker.{md,csv}``, the paper's tables (``accuracy_by_model``, ``accuracy_by_dataset``,
 ``accuracy_by_nk``, ``judge_by_condition``: ``.csv`` and ``.md``, and in its layout at the top of
+``stats.md``), ``losses.{md,csv}`` (re-asks and trials lost, by reason, per condition: also in
 ``stats.md``), ``stats.{md,json}``, ``radar.png`` and ``results.json``.
+
+A refused answer (:func:`cbm.vlm.icl.parse.refused`, after its re-ask) is never judged: it is in no
+judge mean, and the losses table counts it (``judge_skipped_refused``).
 """
 
 from __future__ import annotations
@@ -32,11 +36,14 @@ from cbm.vlm.icl.episodes import Episode, load_episodes, make_episodes, save_epi
 from cbm.vlm.icl.judge import GLOBAL_METRIC, METRICS, parse_scores, reproducibility
 from cbm.vlm.icl.parse import (
     ERROR_KINDS,
+    LOSS_ORDER,
     Parsed,
     bullet_features,
     feature_value_pairs,
+    loss_reason,
     pair_text,
     parse_reply,
+    refused,
 )
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
@@ -201,7 +208,7 @@ def rebuild_record(t: Trial, saved: Any) -> dict[str, Any] | None:
     rec = answer_record(t, saved["reply"], saved.get("reask"))
     for key, metrics in (("judge", METRICS), ("judge_global", (GLOBAL_METRIC,))):
         j = saved.get(key)
-        if j is None:
+        if j is None or refused(rec["parsed"]):  # a refusal is never judged (a record judged before this rule: the judgement dropped)
             continue
         if conforms(j, {"reply": str, "?reask": str}):
             rec[key] = judged(j["reply"], metrics, j.get("reask"))
@@ -387,7 +394,7 @@ class Study:
     def _judge(self, trials: list[Trial], recs: dict[str, dict[str, Any]], key: str, build: Any,
                metrics: Sequence[str] = METRICS, need_response: bool = False) -> None:  # fmt: skip
         todo = [t for t in trials if recs[t.id].get("status") == "answered" and not recs[t.id].get(key, {}).get("complete")
-                and t.condition in self.cfg.judge_options.conditions
+                and t.condition in self.cfg.judge_options.conditions and not refused(recs[t.id]["parsed"])
                 and (not need_response or recs[t.id]["parsed"]["response"] is not None)]  # fmt: skip
         replies = self._map(self.judge, [build(t, recs[t.id]) for t in todo], key)
         for t, rep in zip(todo, replies):
@@ -465,6 +472,45 @@ def parse_error_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"model": m, "condition": c, "replies": sum(r["status"] == "answered" for r in rs), **counts,
                      "reasked": len(reasked), "recovered": sum(r["parsed"]["response"] is not None for r in reasked)})  # fmt: skip
     return rows
+
+
+#: Why a trial ends without a label: the request failed (after its retries), or its reply (after
+#: the re-ask) was refused / had no, an unclosed or an unknown ``<response>`` (:func:`loss_reason`).
+LOSS_REASONS = ("request_failed", *LOSS_ORDER)
+
+
+def loss_rows(records: list[dict[str, Any]], judged: Sequence[str]) -> list[dict[str, Any]]:
+    """Re-asks and losses by reason per model x dataset x condition: ``reasked`` answers and how many
+    the re-ask ``recovered``; ``lost`` trials without a label, split by reason (``lost_<reason>``,
+    :data:`LOSS_REASONS`); in the ``judged`` conditions, the judge's re-asks and recoveries, its
+    incomplete and failed replies, and the refusals never sent to it (``judge_skipped_refused``:
+    left out of every judge mean)."""
+    rows = []
+    for (m, d, c), rs in sorted(_groups(records, "model", "dataset", "condition").items()):
+        answered = [r for r in rs if r["status"] == "answered"]
+        reasons = [loss_reason(r["parsed"]) for r in answered]
+        reasked = [r for r in answered if "reask" in r]
+        judge = [r["judge"] for r in answered if "judge" in r]
+        jre = [j for j in judge if "reask" in j]
+        row: dict[str, Any] = {"model": m, "dataset": d, "condition": c, "trials": len(rs), "reasked": len(reasked),
+                               "recovered": sum(r["parsed"]["response"] is not None for r in reasked),
+                               "lost": len(rs) - len(answered) + sum(x is not None for x in reasons),
+                               "lost_request_failed": len(rs) - len(answered),
+                               **{f"lost_{k}": reasons.count(k) for k in LOSS_ORDER},
+                               "judge_reasked": len(jre), "judge_recovered": sum(bool(j.get("complete")) for j in jre),
+                               "judge_incomplete": sum(not j.get("complete") and "error" not in j for j in judge),
+                               "judge_failed": sum("error" in j for j in judge),
+                               "judge_skipped_refused": sum(refused(r["parsed"]) for r in answered) if c in judged else 0}  # fmt: skip
+        rows.append(row)
+    return rows
+
+
+def losses_md(rows: list[dict[str, Any]]) -> str:
+    """The losses table with the sentence that says how to read it."""
+    return ("Re-asks and losses by reason, per model x dataset x condition: reasked / recovered (a re-ask gave a label); lost = trials "
+            "without a label, by reason (request_failed: the endpoint failed after its retries; refused: the reply declines to answer; "
+            "missing / unclosed / not_in_options: the <response> after the re-ask); judge_*: the judge's re-asks, recoveries, replies "
+            "without every score and failures; judge_skipped_refused: refusals never judged (in no judge mean).\n\n" + _md(rows))
 
 
 def judge_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -719,7 +765,8 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
               "checker": checker_rows(records), "accuracy_by_model": accuracy_by(records, "model", cfg.conditions),
               "accuracy_by_dataset": accuracy_by(records, "dataset", cfg.conditions),
               "accuracy_by_nk": accuracy_nk_rows(records, cfg.conditions),
-              "judge_by_condition": judge_by_condition_rows(records, cfg.conditions)}  # fmt: skip
+              "judge_by_condition": judge_by_condition_rows(records, cfg.conditions),
+              "losses": loss_rows(records, cfg.judge_options.conditions if cfg.judge_options.enabled else [])}  # fmt: skip
     st = statistics(records, cfg.conditions, cfg.statistics.correction)
     st[SPEARMAN_KEY] = spearman_by_condition(records, cfg.conditions, cfg.statistics.correction)
     if human is not None:
@@ -727,9 +774,10 @@ def run(cfg: ICLConfig, http_client: Any | None = None) -> dict[str, Any]:
     for name, rows in tables.items():
         write_csv_atomic(out / f"{name}.csv", rows, _columns(rows))
         if name != "parse_errors":
-            write_text_atomic(out / f"{name}.md", _md(rows))
+            write_text_atomic(out / f"{name}.md", losses_md(rows) if name == "losses" else _md(rows))
     write_json_atomic(out / "stats.json", st)
-    write_text_atomic(out / "stats.md", paper_tables_md(tables) + "\n" + stats_md(st, cfg.statistics.correction))
+    write_text_atomic(out / "stats.md", paper_tables_md(tables) + "\n## Re-asks and losses\n\n" + losses_md(tables["losses"]) + "\n"
+                      + stats_md(st, cfg.statistics.correction))  # fmt: skip
     radar_chart(tables["judge"], out / "radar.png")
     result = {"trials": len(records), "episodes": {d: len(e) for d, e in study.episodes.items()},
               "status": {s: sum(r["status"] == s for r in records) for s in ("answered", "error")},
