@@ -454,3 +454,20 @@ def test_spearman_is_corrected_over_every_metric_and_condition():
     assert (res["planned"], res["family"]) == (36, 35)
     row = next(r for r in res["rows"] if r["condition"] == "E2" and r["metric"] == "conciseness")
     assert row["p_adj"] == pytest.approx(min(1.0, 35 * row["p"]))
+
+
+def test_a_refused_trial_loses_a_judgement_saved_before_refusals_were_skipped():
+    """A record written when refusals were still judged: rebuilt on resume, its judgement is dropped
+    (in no judge mean); a labelled trial's stays. The losses table counts it by reason."""
+    from cbm.vlm.icl.episodes import Episode, Shot
+    from cbm.vlm.icl.run import Trial, loss_rows, rebuild_record
+
+    ep = Episode("robot", 2, 1, 0, ("a", "b"), ("1", "2"), (Shot(0, "a", "1"), Shot(1, "b", "2")), (Shot(2, "a", "1"),))
+    t = Trial("vlm", "robot", "E2", ep)
+    judge = {"reply": "".join(f"<{m}>1</{m}>" for m in METRICS)}
+    no = rebuild_record(t, {"trial": t.id, "status": "answered", "reply": "I'm sorry, I cannot classify this image.", "judge": judge})
+    yes = rebuild_record(t, {"trial": t.id, "status": "answered", "reply": "<explanation>round</explanation><response>1</response>", "judge": judge})
+    assert "judge" not in no and [i["kind"] for i in no["parsed"]["issues"] if i["tag"] == "response"] == ["refused"]
+    assert yes["judge"]["complete"] and yes["correct"]
+    (row,) = loss_rows([no, yes], judged=["E2"])
+    assert (row["trials"], row["lost"], row["lost_refused"], row["lost_missing"], row["judge_skipped_refused"]) == (2, 1, 1, 0, 1)
