@@ -14,9 +14,10 @@ from cbm.interventions.policies.random import RandomPolicy
 
 
 def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:
-    """Budgets with ``'max'`` replaced by ``n_concepts``; a budget above ``m``, or one listed twice
-    (``[7, max]`` with 7 concepts), is an error."""
-    out = []
+    """Budgets with ``'max'`` replaced by ``n_concepts``, each once: ``max`` and a budget equal to it
+    are one budget (the default ``[0, 1, 3, max]`` on a 3-concept set is ``[0, 1, 3]``); a budget above
+    ``m``, or one written twice (``check_budgets`` refuses that on the command line), is an error."""
+    out: list[int] = []
     for k in ks:
         try:
             kk = n_concepts if k == "max" else int(k)
@@ -24,9 +25,10 @@ def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:
             raise ValueError(f"intervention budget k={k!r} must be an integer or 'max'") from None
         if kk < 0 or kk > n_concepts:
             raise ValueError(f"intervention budget k={k} is outside [0, {n_concepts}] (the model has {n_concepts} concepts)")
+        if kk in out and kk == n_concepts and "max" in ks:
+            continue  # 'max' named the same budget
         if kk in out:
-            where = f" (max = {n_concepts} concepts)" if "max" in ks else ""
-            raise ValueError(f"intervention budget k={kk} is listed twice in {list(ks)}{where}: list each budget once")
+            raise ValueError(f"intervention budget k={kk} is listed twice in {list(ks)}: list each budget once")
         out.append(kk)
     return out
 

@@ -419,9 +419,11 @@ def test_the_busy_check_before_hydra_lets_other_ranks_in(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache, spawned):
-    """Started the way a shell starts a background job (SIGINT inherited ignored): a SIGINT still
-    stops the experiment and its running cell, with one line and exit 130."""
+@pytest.mark.parametrize(("sig", "code", "what"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_cache, spawned, sig, code, what):
+    """Started the way a shell starts a background job (SIGINT inherited ignored): a SIGINT (or a
+    scheduler's SIGTERM) still stops the experiment and its running cell, with one line and exit 130
+    (143)."""
     out = tmp_path / "exp"
     # a cell that cannot finish before the signal (50 epochs of 240 rows could, on a loaded machine)
     (preset / "experiment" / "long.yaml").write_text(PRESET.replace("name: tiny", "name: long").replace(f"max_epochs={EPOCHS}", "max_epochs=100000"))
@@ -431,10 +433,10 @@ def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_ca
     spawned.track(int(info["pid"]))
     # signalled once the cell trains
     wait_for(lambda: (cell_dir(out) / "csv" / "metrics.csv").is_file(), 300, "the cell to train")
-    parent.send_signal(signal.SIGINT)
+    parent.send_signal(sig)
     _, stderr = parent.communicate(timeout=60)
-    assert parent.returncode == 130 and stderr.strip().splitlines() == [
-        "cbm-experiment: interrupted; the running cells were stopped (rerun the same command to go on)"], stderr[-2000:]
+    assert parent.returncode == code and stderr.strip().splitlines() == [
+        f"cbm-experiment: {what}; the running cells were stopped (rerun the same command to go on)"], stderr[-2000:]
     wait_exit(int(info["pid"]), 10, "the cell to stop")
 
 

@@ -138,6 +138,10 @@ def test_bad_requests_fail_clearly():
     with pytest.raises(ValueError, match=r"k=5 is outside \[0, 4\]"):
         resolve_ks([1, 5], 4)
     assert resolve_ks([0, "max"], 4) == [0, 4]
+    assert resolve_ks([0, 1, 3, "max"], 3) == [0, 1, 3]  # max is 3 here: one budget
+    assert resolve_ks([0, "max", 1, 3], 3) == [0, 3, 1]
+    with pytest.raises(ValueError, match=r"k=2 is listed twice in \[2, 2\]"):
+        resolve_ks([2, 2], 4)
 
     class Greedy:
         def select(self, model, state, k):
