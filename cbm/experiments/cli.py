@@ -164,15 +164,17 @@ def compose_plain(config_name: str, overrides: list[str]) -> DictConfig:
 
 
 def precheck(config_name: str, overrides: list[str], validate: Callable[[DictConfig], Any],
-             config_dirs: list[str] | None = None, multirun: bool = False) -> None:  # fmt: skip
+             config_dirs: list[str] | None = None, multirun: bool = False) -> list[str]:  # fmt: skip
     """Compose and validate every config of the command line (with the ``--config-dir`` presets);
-    the run directory must be free (no live command holds it). :class:`ConfigError` with one line."""
+    the run directory must be free (no live command holds it). :class:`ConfigError` with one line.
+    Returns the run directory of each composed config."""
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf.errors import OmegaConfBaseException
 
     for d in config_dirs or []:
         if not Path(d).is_dir():
             raise ConfigError(f"--config-dir: {d or repr(d)} is not a directory")
+    run_dirs: list[str] = []
     try:
         for combo in expand_sweeps(overrides):
             combo = with_search_path(combo, config_dirs or [])
@@ -180,7 +182,8 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
                 cfg = compose_plain(config_name, combo)
             except Exception as err:  # Hydra's composition errors, a user preset's YAML errors
                 raise ConfigError(explain(err, combo, config_name)) from None
-            check_creatable(str(cfg.hydra.run.dir), "hydra.run.dir")
+            run_dirs.append(str(cfg.hydra.run.dir))
+            check_creatable(run_dirs[-1], "hydra.run.dir")
             check_creatable(str(cfg.hydra.sweep.dir), "hydra.sweep.dir")
             check_hydra_names(cfg)  # hydra.job.name, output_subdir, sweep.subdir stay in the run directory
             if not multirun:
@@ -192,6 +195,7 @@ def precheck(config_name: str, overrides: list[str], validate: Callable[[DictCon
                 raise ConfigError(f"config: {one_line(err)}") from None
     finally:
         GlobalHydra.instance().clear()
+    return run_dirs
 
 
 #: Hydra's flags that answer without running the job (nothing is written into a run directory).
@@ -313,9 +317,12 @@ def hydra_app(
             return
         cmd = split_argv(argv)
         checked = not cmd.other_flags and not os.environ.get("CBM_NO_PRECHECK")
+        fresh = None  # the run directory this command makes, if it makes one: an endpoint that never answered leaves nothing there
         try:
             if checked:
-                precheck(config_name, cmd.overrides, validate, cmd.config_dirs, cmd.multirun)
+                run_dirs = precheck(config_name, cmd.overrides, validate, cmd.config_dirs, cmd.multirun)
+                if not cmd.multirun and run_dirs and not Path(run_dirs[0]).exists():
+                    fresh = Path(run_dirs[0])
             else:  # Hydra would write .hydra/ into a directory a live command holds before locked() refuses
                 check_not_busy(config_name, argv)
         except USER_ERRORS as err:
@@ -324,7 +331,7 @@ def hydra_app(
             return
         import hydra
 
-        app = (lambda cfg: None) if dry_run() else clean_errors(prog)(locked(task))
+        app = (lambda cfg: None) if dry_run() else clean_errors(prog, fresh)(locked(task))
         hydra.main(config_path=CONF_DIR, config_name=config_name, version_base="1.3")(app)()
 
     return main

@@ -146,9 +146,23 @@ def remove_if_unused(run_dir: Path | None) -> None:
             parent = parent.parent
 
 
-def clean_errors(prog: str) -> Callable:
+def remove_fresh(run_dir: Path) -> None:
+    """Delete ``run_dir``, which this command made (it did not exist when the command started), and
+    the folders Hydra made for it alone: what a run wrote before its endpoint ever answered (its
+    inputs, its first records) is no result, and a rerun makes it again."""
+    if run_dir.is_dir() and not runlock.holds(run_dir) and not runlock.secondary_rank():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cwd, parent = Path.cwd().resolve(), run_dir.resolve().parent
+        while parent != cwd and cwd in parent.parents and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+
+def clean_errors(prog: str, fresh_run: Path | None = None) -> Callable:
     """Decorator: bad-input exceptions become one ``prog: error: ...`` line and exit code 2, and a
-    Hydra run directory the failed job did not use is removed."""
+    Hydra run directory the failed job did not use is removed; ``fresh_run`` (the run directory, when
+    this command made it) is removed whole when the error is an endpoint that never answered
+    (a ``ConnectionError``: :class:`cbm.vlm.reply.EndpointUnreachable`)."""
 
     def deco(fn: Callable) -> Callable:
         @wraps(fn)
@@ -158,7 +172,10 @@ def clean_errors(prog: str) -> Callable:
             try:
                 return fn(*args, **kwargs)
             except USER_ERRORS as err:
-                remove_if_unused(hydra_run_dir())
+                if fresh_run is not None and isinstance(err, ConnectionError):
+                    remove_fresh(fresh_run)
+                else:
+                    remove_if_unused(hydra_run_dir())
                 fail(prog, one_line(err))
 
         return wrapper

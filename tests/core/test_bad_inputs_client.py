@@ -131,6 +131,12 @@ UNREACHABLE = [
      "and is the URL right?)", ()),
     ("cbm-concepts", [*EXTRACT, "client.base_url=http://localhost:9/v1", "client.max_retries=2", "client.backoff_s=0.001"],
      "client.base_url: cannot connect to http://localhost:9/v1: connection refused after 3 attempts", (SLOW,)),
+    # commands that write their inputs (EDCT's items, ICL's episodes) before the first request: the
+    # run folder they made goes again
+    ("cbm-edct", [*(f"{c}.{k}" for c in ("vlm", "llm", "judge") for k in ("base_url=http://127.0.0.1:9/v1", "model=m", "max_retries=0")),
+                  "items.n=2"], "client.base_url: cannot connect to http://127.0.0.1:9/v1: connection refused", ()),
+    ("cbm-icl", [*(f"{c}.{k}" for c in ("models.vlm", "judge") for k in ("base_url=http://127.0.0.1:9/v1", "model=m", "max_retries=0")),
+                 "episodes.n_ways=[2]", "episodes.k_shots=[1]", "episodes.reps_times_n=2"], "client.base_url: cannot connect to http://127.0.0.1:9/v1: connection refused", ()),
 ]
 
 
