@@ -13,6 +13,9 @@ from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs,
 DEFAULT_FAIL_COUNTS = "2:0.2, 3:0.15, 4:0.15, 5-6:0.15, 7-9:0.15, 10-18:0.12, 19-27:0.08"
 #: How invalid boards are made (``SudokuConfig.corruption``).
 CORRUPTIONS = ("walk", "swaps")
+#: Glyph banks (``SudokuConfig.glyph_bank``): one per split (no split shares a glyph with training)
+#: or one shared by every split (a speed knob: test glyphs are then training glyphs).
+GLYPH_BANKS = ("per_split", "shared")
 DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
 #: Bytes a board takes in memory besides its image (board, checks, labels, render seeds).
 ROW_OVERHEAD = 2000
@@ -39,7 +42,11 @@ class SudokuConfig:
     modality : ``image`` (uint8 ``[N,H,W,3]``) or ``tabular`` (one-hot board, float32 ``[N,729]``; 4x4: ``[N,64]``).
     cell_size : cell pitch in px; images are ``9*cell_size + thick line`` square (``4*cell_size + ...`` for 4x4).
     style : ``printed`` or ``handwritten`` digits.
-    glyph_variants : pre-rendered variants per digit (handwriting / print jitter).
+    glyph_variants : pre-rendered variants per digit (handwriting / print jitter), per bank.
+    glyph_bank : ``per_split`` (default: every split draws its glyphs, pencil marks and noise fields
+        from banks of its own, so no validation, calibration or test glyph occurs in training) or
+        ``shared`` (one bank for every split: a speed knob; the test glyphs are then training glyphs,
+        which a reader can memorise).
     pencil_prob, pencil_max : share of cells with 1..pencil_max pencil-mark candidates.
     blur : Gaussian blur sigma in px; noise : pixel-noise std in grey levels.
     """
@@ -59,6 +66,7 @@ class SudokuConfig:
     cell_size: int = 28
     style: str = "printed"
     glyph_variants: int = 48
+    glyph_bank: str = "per_split"
     pencil_prob: float = 0.0
     pencil_max: int = 3
     blur: float = 0.0
@@ -119,6 +127,8 @@ class SudokuConfig:
             bad(f"style must be 'printed' or 'handwritten', got '{self.style}'")
         if not isinstance(self.glyph_variants, int) or not 1 <= self.glyph_variants <= 1024:
             bad(f"glyph_variants={self.glyph_variants!r} must be an integer in 1..1024")
+        if self.glyph_bank not in GLYPH_BANKS:
+            bad(f"glyph_bank must be one of {list(GLYPH_BANKS)}, got {self.glyph_bank!r}")
         if not 0.0 <= float(self.pencil_prob) <= 1.0:
             bad(f"pencil_prob={self.pencil_prob} must lie in [0, 1]")
         if not isinstance(self.pencil_max, int) or not 1 <= self.pencil_max <= 8:

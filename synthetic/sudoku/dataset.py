@@ -35,7 +35,8 @@ from synthetic.sudoku.solver import solve_mip
 from synthetic.sudoku.transforms import expand, unique_first
 
 #: Bump when the output for a given config changes.
-GENERATOR_VERSION = 3  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks
+GENERATOR_VERSION = 4  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks;
+# 4: one glyph bank per split (glyph_bank=per_split): no split shares a glyph with training
 CLASS_NAMES = ["invalid", "valid"]
 
 
@@ -196,15 +197,42 @@ def _negative_info(cfg: SudokuConfig, neg_op: np.ndarray) -> dict:
             "negative_family_counts": {f: int((neg_op == i).sum()) for i, f in enumerate(FAMILIES)}}  # fmt: skip
 
 
-def board_renderer(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+def glyph_part(cfg: SudokuConfig, split: int | str) -> int | None:
+    """The glyph bank a split's boards are drawn from: the split's own (its code in
+    :data:`~synthetic.base.SPLITS`), or ``None`` (the one bank) under ``glyph_bank=shared``."""
+    code = SPLITS[split] if isinstance(split, str) else int(split)
+    return None if cfg.glyph_bank == "shared" else code
+
+
+def render_split_rows(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.ndarray, split: np.ndarray, gray: bool = True) -> np.ndarray:
+    """Boards rendered as the dataset stores them: each with its render seed, from its split's glyph
+    bank (rows of several splits are rendered split by split, in place)."""
+    split = np.asarray(split)
+    parts = np.unique(split)
+    if len(parts) == 1 or cfg.glyph_bank == "shared":
+        return _render(cfg, boards, render_seed, glyph_part(cfg, int(parts[0]) if len(parts) else 0), gray)
+    geo = geometry(infer_box(boards))
+    side = image_size(cfg.cell_size, geo.n)
+    out = np.empty((len(boards), side, side) if gray else (len(boards), side, side, 3), dtype=np.uint8)
+    for code in parts:
+        rows = np.flatnonzero(split == code)
+        out[rows] = _render(cfg, boards[rows], render_seed[rows], glyph_part(cfg, int(code)), gray)
+    return out
+
+
+def _render(cfg: SudokuConfig, boards: np.ndarray, seeds: np.ndarray, part: int | None, gray: bool) -> np.ndarray:
+    return render_boards(
+        boards, cell_size=cfg.cell_size, style=cfg.style, seeds=seeds, pencil_prob=cfg.pencil_prob, pencil_max=cfg.pencil_max,
+        blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed, glyph_part=part, glyph_variants=cfg.glyph_variants, gray=gray,
+    )  # fmt: skip
+
+
+def board_renderer(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.ndarray, split: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """``take(rows)``: those boards rendered grey exactly as :func:`generate` stores them (each image
-    depends on its board and render seed only, so any rows in any order)."""
+    depends on its board, render seed and split only, so any rows in any order)."""
 
     def take(rows: np.ndarray) -> np.ndarray:
-        return render_boards(
-            boards[rows], cell_size=cfg.cell_size, style=cfg.style, seeds=render_seed[rows], pencil_prob=cfg.pencil_prob,
-            pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants, gray=True,
-        )  # fmt: skip
+        return render_split_rows(cfg, boards[rows], render_seed[rows], split[rows])
 
     return take
 
@@ -223,21 +251,9 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
     geo = geometry(cfg.block_size)
     if cfg.modality == "image" and images is not None:
         side = image_size(cfg.cell_size, geo.n)
-        x = images(board_renderer(cfg, boards, render_seed), (n, side, side))
-    elif cfg.modality == "image":
-        x = render_boards(
-            boards,
-            cell_size=cfg.cell_size,
-            style=cfg.style,
-            seeds=render_seed,
-            pencil_prob=cfg.pencil_prob,
-            pencil_max=cfg.pencil_max,
-            blur=cfg.blur,
-            noise=cfg.noise,
-            glyph_seed=cfg.seed,
-            glyph_variants=cfg.glyph_variants,
-            gray=True,  # boards are grey: one channel, 3x less memory; batches expand it to RGB
-        )
+        x = images(board_renderer(cfg, boards, render_seed, lab["split"]), (n, side, side))
+    elif cfg.modality == "image":  # boards are grey: one channel, 3x less memory; batches expand it to RGB
+        x = render_split_rows(cfg, boards, render_seed, lab["split"])
     else:
         x = one_hot(boards)
     c = lab["c"].astype(np.float32)
@@ -256,7 +272,7 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         "image_size": image_size(cfg.cell_size, geo.n) if cfg.modality == "image" else None,
         "channels": "grey, stored [N,S,S] uint8; batches give float [B,3,S,S] (the grey channel repeated)",
         "render": {"cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
-                   "glyph_variants": cfg.glyph_variants, "pencil_prob": cfg.pencil_prob,
+                   "glyph_variants": cfg.glyph_variants, "glyph_bank": cfg.glyph_bank, "pencil_prob": cfg.pencil_prob,
                    "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise},
         "meta": f"{geo.cells} board digits (row-major), render_seed, neg_op (-1 valid, else "
         + ("the number of swap actions)" if cfg.corruption == "swaps" else "index into negative_families)"),
@@ -301,7 +317,7 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
 
     def stored_renderer(a: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         meta = a["meta"]
-        return board_renderer(cfg, meta[:, : geo.cells].reshape(-1, geo.n, geo.n).astype(np.int8), meta[:, geo.cells])
+        return board_renderer(cfg, meta[:, : geo.cells].reshape(-1, geo.n, geo.n).astype(np.int8), meta[:, geo.cells], a["split"])
 
     if storage == "render" and cfg.modality == "image":
         with aux_cache(cache_dir):
@@ -337,13 +353,9 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
 
 
 def rerender(data: SyntheticData, rows: np.ndarray, cfg: SudokuConfig, boards: np.ndarray | None = None) -> np.ndarray:
-    """Re-render samples from their meta (optionally with edited ``boards``: exact counterfactuals),
-    grey ``[N,S,S]`` like the stored images."""
+    """Re-render samples from their meta and split (optionally with edited ``boards``: exact
+    counterfactuals), grey ``[N,S,S]`` like the stored images."""
     rows = np.asarray(rows)
     geo = geometry(cfg.block_size)
     b = data.meta[rows, : geo.cells].reshape(-1, geo.n, geo.n) if boards is None else np.asarray(boards)
-    return render_boards(
-        b, cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, geo.cells], pencil_prob=cfg.pencil_prob,
-        pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise, glyph_seed=cfg.seed,
-        glyph_variants=cfg.glyph_variants, gray=True,
-    )
+    return render_split_rows(cfg, b, data.meta[rows, geo.cells], data.split[rows])

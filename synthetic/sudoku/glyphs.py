@@ -1,7 +1,10 @@
 """Banks of pre-rendered digit tiles: printed (Pillow's bundled font) and synthetic handwriting.
 
 Boards are assembled from these banks by a numpy gather (:mod:`synthetic.sudoku.render`),
-so all per-glyph drawing happens once per ``(style, cell size, variants, seed)``.
+so all per-glyph drawing happens once per ``(style, cell size, variants, seed, part)``. A dataset
+draws one bank per split (``part`` = the split's code, :data:`synthetic.base.SPLITS`), so no
+validation, calibration or test glyph is a training glyph; ``part=None`` is the one bank a
+``glyph_bank: shared`` dataset (a speed knob) gives every split.
 
 Handwritten digits are stroke skeletons (several allographs per digit: a 1 with
 or without a base, open or closed 4, 7 with or without a bar...) pushed
@@ -200,54 +203,123 @@ def printed_tile(digit: int, cs: int, rng: np.random.Generator, slot: int | None
     return _draw_text(digit, cs, (cx, cy), size, ink, bold)
 
 
-def _bank_key(kind: str, style: str, cell_size: int, n_variants: int, seed: int) -> dict:
+def _bank_key(kind: str, style: str, cell_size: int, n_variants: int, seed: int, part: int | None) -> dict:
     # Pillow rasterises the strokes and the font: another version may draw other bytes
-    return {"kind": kind, "style": style, "cell_size": cell_size, "n_variants": n_variants, "seed": seed,
-            "version": GLYPH_VERSION, "pillow": PIL.__version__}  # fmt: skip
+    key = {"kind": kind, "style": style, "cell_size": cell_size, "n_variants": n_variants, "seed": seed,
+           "version": GLYPH_VERSION, "pillow": PIL.__version__}  # fmt: skip
+    if part is not None:  # the shared bank keeps the key it always had
+        key["part"] = int(part)
+    return key
 
 
-@lru_cache(maxsize=16)
-def glyph_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
+def _bank_rng(seed: int, cell_size: int, stream: int, part: int | None) -> np.random.Generator:
+    """The drawing stream of one bank: ``part`` (a split's code) gives a stream of its own, never
+    the shared bank's (a longer entropy list is another seed sequence)."""
+    entropy = [seed, cell_size, stream] if part is None else [seed, cell_size, stream, 1 + int(part), 0x5EED]
+    return np.random.default_rng(entropy)
+
+
+def _check_part(part: int | None) -> None:
+    if part is not None and (isinstance(part, bool) or not isinstance(part, (int, np.integer)) or part < 0):
+        raise ValueError(f"glyph bank part must be None or a non-negative integer (a split code), got {part!r}")
+
+
+@lru_cache(maxsize=32)
+def glyph_bank(style: str, cell_size: int, n_variants: int, seed: int, part: int | None = None) -> np.ndarray:
     """Main-digit tiles ``uint8 [10, n_variants, cs, cs]``; index 0 is the blank cell.
 
+    ``part``: which bank of the seed (a split's code: each split's glyphs are drawn apart, so
+    no two splits share a glyph); ``None``: the one shared bank.
     Read-only; cached per argument tuple in memory and, while a dataset is generated with a cache
     directory (:func:`synthetic.cache.aux_cache`), on disk: drawing 1,024 handwritten variants
     costs seconds, reading them back milliseconds.
     """
     _tile_fn(style)  # an unknown style fails before any cache access
-    bank = cached_block(_bank_key("glyphs", style, cell_size, n_variants, seed), lambda: _draw_glyph_bank(style, cell_size, n_variants, seed), "glyphs")
+    _check_part(part)
+    key = _bank_key("glyphs", style, cell_size, n_variants, seed, part)
+    bank = cached_block(key, lambda: _draw_glyph_bank(style, cell_size, n_variants, seed, part), "glyphs")
     bank.setflags(write=False)
     return bank
 
 
-def _draw_glyph_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
+#: Split code of the training bank, the one every other split's glyphs must differ from.
+TRAIN_PART = 0
+#: Most redraws of one held-out variant whose core is a training glyph's.
+MAX_REDRAWS = 200
+
+
+def glyph_core(tiles: np.ndarray) -> np.ndarray:
+    """What identifies a glyph: the centre of its tiles (``[..., cs, cs]`` -> ``[..., k]``), without
+    the border a grid line or a pencil mark may touch (``max(2, cs // 4)`` px each side)."""
+    cs = tiles.shape[-1]
+    m = max(2, cs // 4)
+    core = tiles[..., m : cs - m, m : cs - m]
+    return np.ascontiguousarray(core).reshape(*tiles.shape[:-2], -1)
+
+
+def _held_out_tile(draw, digit: int, cs: int, rng: np.random.Generator, seen: set[bytes], **kw) -> np.ndarray:
+    """A tile whose core is no training tile's (``seen``): drawn again (same stream) until it is.
+    Continuous jitter makes a repeat rare; quantised parameters (printed font sizes, integer ink)
+    make it possible, and a held-out split must never show a training glyph."""
+    for _ in range(MAX_REDRAWS):
+        tile = draw(digit, cs, rng, **kw)
+        if glyph_core(tile).tobytes() not in seen:
+            return tile
+    raise ValueError(f"cannot draw a held-out glyph of digit {digit} at {cs} px that differs from every training glyph "
+                     f"(this style has too few distinct glyphs at this size: lower glyph_variants or raise cell_size)")  # fmt: skip
+
+
+def _training_cores(bank: np.ndarray) -> list[set[bytes]]:
+    """Per leading index (digit), the cores of the training bank's tiles."""
+    cores = glyph_core(bank)
+    return [{row.tobytes() for row in cores[d].reshape(-1, cores.shape[-1])} for d in range(len(bank))]
+
+
+def _draw_glyph_bank(style: str, cell_size: int, n_variants: int, seed: int, part: int | None = None) -> np.ndarray:
+    """One bank; a held-out split's (``part`` not the training split, not shared) differs from the
+    training bank of the same seed in every glyph's core (:func:`glyph_core`)."""
     draw = _tile_fn(style)
-    rng = np.random.default_rng([seed, cell_size, 7])
+    rng = _bank_rng(seed, cell_size, 7, part)
+    held_out = part is not None and part != TRAIN_PART
+    seen = _training_cores(glyph_bank(style, cell_size, n_variants, seed, TRAIN_PART)) if held_out else None
     bank = np.full((10, n_variants, cell_size, cell_size), 255, dtype=np.uint8)
     for d in range(1, 10):
         for v in range(n_variants):
-            bank[d, v] = draw(d, cell_size, rng)
+            bank[d, v] = _held_out_tile(draw, d, cell_size, rng, seen[d]) if seen else draw(d, cell_size, rng)
     return bank
 
 
-@lru_cache(maxsize=16)
-def pencil_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
+@lru_cache(maxsize=32)
+def pencil_bank(style: str, cell_size: int, n_variants: int, seed: int, part: int | None = None) -> np.ndarray:
     """Pencil-mark tiles ``uint8 [10, 8, n_variants, cs, cs]`` (digit, slot, variant); digit 0 = none.
-    Cached like :func:`glyph_bank`."""
+    Per ``part`` and cached like :func:`glyph_bank`."""
     _tile_fn(style)
-    bank = cached_block(_bank_key("pencil", style, cell_size, n_variants, seed), lambda: _draw_pencil_bank(style, cell_size, n_variants, seed), "glyphs")
+    _check_part(part)
+    key = _bank_key("pencil", style, cell_size, n_variants, seed, part)
+    bank = cached_block(key, lambda: _draw_pencil_bank(style, cell_size, n_variants, seed, part), "glyphs")
     bank.setflags(write=False)
     return bank
 
 
-def _draw_pencil_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
+def _draw_pencil_bank(style: str, cell_size: int, n_variants: int, seed: int, part: int | None = None) -> np.ndarray:
+    """One bank of pencil marks; a held-out split's differs from the training bank's marks (whole tiles)."""
     draw = _tile_fn(style)
-    rng = np.random.default_rng([seed, cell_size, 11])
+    rng = _bank_rng(seed, cell_size, 11, part)
+    held_out = part is not None and part != TRAIN_PART
+    train = pencil_bank(style, cell_size, n_variants, seed, TRAIN_PART) if held_out else None
     bank = np.full((10, len(PENCIL_SLOTS), n_variants, cell_size, cell_size), 255, dtype=np.uint8)
     for d in range(1, 10):
         for s in range(len(PENCIL_SLOTS)):
+            seen = {t.tobytes() for t in train[d, s]} if train is not None else None
             for v in range(n_variants):
-                bank[d, s, v] = draw(d, cell_size, rng, slot=s)
+                for _ in range(MAX_REDRAWS):
+                    tile = draw(d, cell_size, rng, slot=s)
+                    if seen is None or tile.tobytes() not in seen:
+                        break
+                else:
+                    raise ValueError(f"cannot draw a held-out pencil mark of digit {d} at {cell_size} px that differs from every "
+                                     "training mark: lower glyph_variants or raise cell_size")  # fmt: skip
+                bank[d, s, v] = tile
     return bank
 
 

@@ -11,8 +11,8 @@ board is one numpy gather of tile rows straight into its final layout.
 
 Every random choice of a board (glyph variant per cell, pencil marks, noise
 offsets) is a hash of that board's render seed, so a board renders the same
-alone or in any batch: ``(digits, render seed)`` plus the rendering config is
-enough to re-render a sample.
+alone or in any batch: ``(digits, render seed, split)`` plus the rendering config is
+enough to re-render a sample (the split picks the glyph bank: ``glyph_part``).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ def cell_box(r: int, c: int, cell_size: int) -> tuple[int, int, int, int]:
 TILE_CLASS = geometry(3).tile_class
 
 
-@lru_cache(maxsize=16)
-def lined_bank(style: str, cell_size: int, n_variants: int, seed: int) -> np.ndarray:
+@lru_cache(maxsize=32)
+def lined_bank(style: str, cell_size: int, n_variants: int, seed: int, part: int | None = None) -> np.ndarray:
     """Glyph bank with grid lines baked in: ``uint8 [4, 10, V, cs, cs]`` (class, digit, variant)."""
-    base = glyph_bank(style, cell_size, n_variants, seed)
+    base = glyph_bank(style, cell_size, n_variants, seed, part)
     thick, thin = line_widths(cell_size)
     out = np.repeat(base[None], 4, axis=0)
     for k in range(4):
@@ -86,9 +86,9 @@ def hashed_uniform(seeds: np.ndarray, stream: int, shape: tuple[int, ...]) -> np
     return ((h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))).reshape(len(seeds), *shape)
 
 
-@lru_cache(maxsize=4)
-def _noise_bank(side: int, seed: int, pad: int = 32, k: int = 4) -> np.ndarray:
-    rng = np.random.default_rng([seed, side, 13])
+@lru_cache(maxsize=8)
+def _noise_bank(side: int, seed: int, part: int | None = None, pad: int = 32, k: int = 4) -> np.ndarray:
+    rng = np.random.default_rng([seed, side, 13] if part is None else [seed, side, 13, 1 + int(part), 0x5EED])
     return rng.standard_normal((k, side + pad, side + pad), dtype=np.float32)
 
 
@@ -104,6 +104,7 @@ def render_boards(
     blur: float = 0.0,
     noise: float = 0.0,
     glyph_seed: int = 0,
+    glyph_part: int | None = None,
     glyph_variants: int = 48,
     pencil_variants: int = 8,
     gray: bool = False,
@@ -121,6 +122,8 @@ def render_boards(
     blur : Gaussian blur sigma in px (0 = off).
     noise : std of additive Gaussian pixel noise, in grey levels (0 = off).
     glyph_seed : seed of the glyph banks (which pre-jittered variants exist).
+    glyph_part : which of the seed's banks (a dataset passes each split's code, so no split shares a
+        glyph, a pencil mark or a noise field with another); ``None``: the shared bank.
     gray : return ``[N,S,S]`` instead of RGB ``[N,S,S,3]``.
 
     Returns
@@ -143,11 +146,11 @@ def render_boards(
         raise ValueError("render_boards: need one seed per board")
     cs = int(cell_size)
     side = image_size(cs, ns)
-    bank = lined_bank(style, cs, glyph_variants, glyph_seed)
-    pbank = pencil_bank(style, cs, pencil_variants, glyph_seed) if pencil_prob > 0 else None
+    bank = lined_bank(style, cs, glyph_variants, glyph_seed, glyph_part)
+    pbank = pencil_bank(style, cs, pencil_variants, glyph_seed, glyph_part) if pencil_prob > 0 else None
     # fast path: gather RGB tile rows straight into place; otherwise compose in grey, then expand
     direct_rgb = not gray and pbank is None and blur <= 0 and noise <= 0
-    rows = (_rgb_rows if direct_rgb else _gray_rows)(style, cs, glyph_variants, glyph_seed)
+    rows = (_rgb_rows if direct_rgb else _gray_rows)(style, cs, glyph_variants, glyph_seed, glyph_part)
     out = np.empty((n, side, side) if gray else (n, side, side, 3), dtype=np.uint8)
     if chunk is None:  # small chunks keep the temporaries in cache
         chunk = max(4, int(2e6 // (side * side)))
@@ -174,7 +177,7 @@ def render_boards(
             _add_pencil(tiles, flat[z], seeds[z], pbank, pencil_prob, pencil_max, pencil_variants)
             img[:, inner, inner] = tiles.reshape(m, ns, ns, cs, cs).transpose(0, 1, 3, 2, 4).reshape(m, ns * cs, ns * cs)
         if blur > 0 or noise > 0:
-            img = _degrade(img, seeds[z], blur, noise, glyph_seed)
+            img = _degrade(img, seeds[z], blur, noise, glyph_seed, glyph_part)
         if gray:
             out[z] = img
         else:
@@ -185,14 +188,14 @@ def render_boards(
     return out
 
 
-@lru_cache(maxsize=8)
-def _gray_rows(style: str, cs: int, nv: int, seed: int) -> np.ndarray:
-    return lined_bank(style, cs, nv, seed).reshape(-1, cs)
+@lru_cache(maxsize=16)
+def _gray_rows(style: str, cs: int, nv: int, seed: int, part: int | None = None) -> np.ndarray:
+    return lined_bank(style, cs, nv, seed, part).reshape(-1, cs)
 
 
-@lru_cache(maxsize=8)
-def _rgb_rows(style: str, cs: int, nv: int, seed: int) -> np.ndarray:
-    rows = np.repeat(lined_bank(style, cs, nv, seed).reshape(-1, cs)[..., None], 3, axis=-1)
+@lru_cache(maxsize=16)
+def _rgb_rows(style: str, cs: int, nv: int, seed: int, part: int | None = None) -> np.ndarray:
+    rows = np.repeat(lined_bank(style, cs, nv, seed, part).reshape(-1, cs)[..., None], 3, axis=-1)
     rows.setflags(write=False)
     return rows
 
@@ -215,7 +218,7 @@ def _add_pencil(tiles, flat, seeds, pbank, prob, kmax, npv) -> None:
             t[sel] = np.minimum(t[sel], pbank[digits[sel, k], slots[sel, k], pvar[sel, k]])
 
 
-def _degrade(img: np.ndarray, seeds: np.ndarray, blur: float, noise: float, glyph_seed: int) -> np.ndarray:
+def _degrade(img: np.ndarray, seeds: np.ndarray, blur: float, noise: float, glyph_seed: int, part: int | None = None) -> np.ndarray:
     x = img.astype(np.float32)
     if blur > 0:
         from scipy.ndimage import gaussian_filter
@@ -223,7 +226,7 @@ def _degrade(img: np.ndarray, seeds: np.ndarray, blur: float, noise: float, glyp
         x = gaussian_filter(x, sigma=(0, blur, blur), mode="nearest", truncate=3.0)
     if noise > 0:
         side = img.shape[1]
-        bank = _noise_bank(side, glyph_seed)
+        bank = _noise_bank(side, glyph_seed, part)
         pad = bank.shape[1] - side
         u = hashed_uniform(seeds, 7, (3,))
         f = (u[:, 0] * len(bank)).astype(np.intp)

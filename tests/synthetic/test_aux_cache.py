@@ -28,12 +28,13 @@ def test_cached_banks_and_grids_give_the_same_bytes_and_are_shared(tmp_path):
     _fresh()
     first = dataset.load(SudokuConfig(**SMALL), tmp_path)
     names = sorted(p.name.split("-")[0] for p in tmp_path.glob("*.npz"))
-    assert names == ["glyphs", "glyphs", "mipgrids", "sudoku"]  # main digits, pencil marks, seed grids, the dataset
+    # main digits and pencil marks of each split present (train, val, test: one bank each), seed grids, the dataset
+    assert names == ["glyphs"] * 6 + ["mipgrids", "sudoku"]
     np.testing.assert_array_equal(first.x, plain.x)
     np.testing.assert_array_equal(first.meta, plain.meta)
     _fresh()  # a new process: the banks come from the disk
     other = dataset.load(SudokuConfig(**{**SMALL, "n_test": 30}), tmp_path)  # another config, same seed / glyphs
-    assert len(list(tmp_path.glob("*.npz"))) == 5  # only the new dataset was added
+    assert len(list(tmp_path.glob("*.npz"))) == 9  # only the new dataset was added
     _fresh()
     np.testing.assert_array_equal(other.x, dataset.load(SudokuConfig(**{**SMALL, "n_test": 30}), None).x)  # as if drawn afresh
 

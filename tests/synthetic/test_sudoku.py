@@ -262,7 +262,8 @@ def test_grey_storage_gives_the_rgb_model_inputs(data):
     cfg = small()
     rgb = render_boards(data.meta[rows, :81].reshape(-1, 9, 9), cell_size=cfg.cell_size, style=cfg.style, seeds=data.meta[rows, 81],
                         pencil_prob=cfg.pencil_prob, pencil_max=cfg.pencil_max, blur=cfg.blur, noise=cfg.noise,
-                        glyph_seed=cfg.seed, glyph_variants=cfg.glyph_variants)  # fmt: skip
+                        glyph_seed=cfg.seed, glyph_part=SPLITS["train"], glyph_variants=cfg.glyph_variants)  # fmt: skip
+    assert (data.split[rows] == SPLITS["train"]).all()  # rows of one split: its glyph bank
     assert rgb.shape == (*data.x[rows].shape, 3)
     torch.testing.assert_close(images_to_float(torch.from_numpy(data.x[rows])), images_to_float(torch.from_numpy(rgb)), atol=0, rtol=0)
 

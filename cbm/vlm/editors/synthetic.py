@@ -333,6 +333,7 @@ def parse_cell(concept: str) -> tuple[int, int]:
 class _Board:
     board: np.ndarray  # int64 [9, 9]
     seed: int
+    split: str = "test"  # picks the glyph bank the board was drawn from
 
 
 def _sudoku_config(cfg: SudokuConfig | Mapping[str, Any] | None) -> SudokuConfig:
@@ -357,13 +358,14 @@ class SudokuEditor:
         self.cfg = _sudoku_config(cfg)
         self.strict = strict
 
-    def render(self, boards: np.ndarray, seeds: np.ndarray, *, noise: bool = True) -> np.ndarray:
-        """Boards ``[N, 9, 9]`` rendered with the dataset's settings ``uint8 [N, S, S, 3]``."""
+    def render(self, boards: np.ndarray, seeds: np.ndarray, *, noise: bool = True, split: str = "test") -> np.ndarray:
+        """Boards ``[N, 9, 9]`` of one ``split`` (its glyph bank) rendered with the dataset's settings
+        ``uint8 [N, S, S, 3]``."""
         c = self.cfg
         return render_boards(
             boards, cell_size=c.cell_size, style=c.style, seeds=seeds, pencil_prob=c.pencil_prob,
             pencil_max=c.pencil_max, blur=c.blur, noise=c.noise if noise else 0.0, glyph_seed=c.seed,
-            glyph_variants=c.glyph_variants,
+            glyph_part=sudoku_dataset.glyph_part(c, split), glyph_variants=c.glyph_variants,
         )  # fmt: skip
 
     @staticmethod
@@ -371,13 +373,15 @@ class SudokuEditor:
         if isinstance(meta, Mapping):
             if "board" not in meta or "render_seed" not in meta:
                 raise ValueError("Sudoku item meta dict needs 'board' [9,9] and 'render_seed'")
-            board, seed = meta["board"], meta["render_seed"]
+            board, seed, split = meta["board"], meta["render_seed"], str(meta.get("split", "test"))
         elif meta is not None and np.asarray(meta).ndim == 1 and len(meta) > _N * _N:
-            board, seed = np.asarray(meta)[: _N * _N], np.asarray(meta)[_N * _N]
+            board, seed, split = np.asarray(meta)[: _N * _N], np.asarray(meta)[_N * _N], "test"  # a bare meta row: a test board
         else:
             raise ValueError("a Sudoku item needs meta: a dataset meta row (81 digits, render_seed, ...) or sudoku_items()")
         board = np.asarray(board, dtype=np.int64).reshape(_N, _N)
-        return _Board(board, int(seed))
+        if split not in SPLITS:
+            raise ValueError(f"Sudoku item meta: unknown split {split!r}, expected one of {sorted(SPLITS)}")
+        return _Board(board, int(seed), split)
 
     def edit(self, item: EditItem, instruction: EditInstruction) -> EditResult:
         """Write ``instruction.target`` (or the next digit) into the cell ``instruction.concept`` names."""
@@ -390,13 +394,13 @@ class SudokuEditor:
         boards = np.stack([b.board, b.board])
         boards[1, r - 1, c - 1] = new
         seeds = np.full(2, b.seed, dtype=np.int64)
-        final = self.render(boards, seeds)
+        final = self.render(boards, seeds, split=b.split)
         if self.strict and not np.array_equal(final[0], item.array):
             raise ValueError(
                 "the item's image is not the re-render of its board under this editor's config "
                 "(pass the dataset's SudokuConfig, or strict=False)"
             )
-        clean = final if self.cfg.noise <= 0 else self.render(boards, seeds, noise=False)
+        clean = final if self.cfg.noise <= 0 else self.render(boards, seeds, noise=False, split=b.split)
         mask = (clean[0] != clean[1]).any(axis=-1)
         box = (r - 1) // 3 * 3 + (c - 1) // 3 + 1
         changed = {
