@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 TEST_SEED ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$((0x$$h)) || echo 1)
 RANDOM_ORDER = -p randomly -p no:cacheprovider --randomly-seed=$(TEST_SEED)
 
-.PHONY: setup demo test test-fast test-stress lint bench gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
+.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
 
 setup: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ test-fast: setup
 
 bench: setup
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+## Everything that needs a GPU in one call of at most 6 minutes (benchmarks/gpu_all.sh; ARGS=--quick: ~3 minutes,
+## ARGS=--dry-run: any machine, every command line checked). Carry and run it: docs/guides/gpus.md.
+gpu-all:
+	bash benchmarks/gpu_all.sh $(ARGS)
 
 ## The GPU path on one CUDA GPU (tests, every architecture over seeds, intervene, automate): a few minutes.
 gpu-check:

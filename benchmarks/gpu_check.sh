@@ -1,87 +1,102 @@
 #!/usr/bin/env bash
-# The whole GPU path on one CUDA GPU in a few minutes (`make gpu-check`):
-#   1. every CUDA test (CPU/GPU equivalence of encode / intervene / predict and of a training step,
-#      short deterministic GPU trainings, same-seed repeats, bf16) and the determinism audit;
-#   2. every architecture on the default robot data, seeds 0 1 2 plus a same-seed repeat, with
-#      trainer=gpu (deterministic kernels), compared with the CPU figures in
-#      benchmarks/results/seeds_robot_cpu.json (the newer architectures with
-#      seeds_robot_new_archs_cpu.json); every architecture on Sudoku 50 px;
-#   3. cbm-intervene (also with the learned policies) and cbm-automate with device=cuda;
-#   4. the default robot CBM run alone (10 epochs, test, oracle table): its training+evaluation time.
-# It prints one table per dataset and exits non-zero if any check fails.
+# The CBM half of the GPU path on one CUDA GPU (`make gpu-check`); benchmarks/gpu_all.sh runs these steps
+# with small sizes beside the QLoRA ones in one ~6-minute call. Each step is a function below:
+#   cbm_cuda_tests     every CUDA test (tests/models/test_cuda.py: CPU/GPU equivalence of encode / intervene /
+#                      predict and of a training step, short deterministic GPU trainings, same-seed repeats,
+#                      bf16) and the same comparisons on the CPU (test_device_paths.py), the determinism audit;
+#   cbm_robot_sweep    every architecture on the default robot data (SEEDS, + a same-seed repeat with REPEAT=1),
+#                      trainer=gpu, compared with the CPU figures (benchmarks/results/seeds_robot*_cpu.json);
+#   cbm_intervene_learned / cbm_intervene   cbm-intervene device=cuda (robot IntCEM with the learned policies,
+#                      robot CEM);
+#   cbm_sudoku_sweep   every architecture on Sudoku 50 px, seed 0 (trainer=gpu);
+#   cbm_automate       cbm-automate device=cuda (the Sudoku CBM);
+#   cbm_solo           the default robot CBM run alone (trainer.accelerator=gpu): its training + evaluation time.
+# Then one table (benchmarks/gpu_summary.py); the exit status is non-zero if any step failed.
 #
-# Environment: a Python with torch (CUDA), lightning, torchmetrics, scipy, matplotlib, pytest. The
-# first second lists any missing runtime dependency (benchmarks/deps_check.py gpu); missing ones
-# are installed from .whl/ into .gpu_deps/ (the project's GPU machine has no package index):
-# build them on a connected machine with `make gpu-wheels` and carry .whl/.
-# PY=... picks the interpreter (default: .venv/bin/python when it sees a GPU, else python3).
+# Environment: a Python with torch (CUDA), lightning, torchmetrics, scipy, matplotlib, pytest. The first
+# second lists any missing runtime dependency (benchmarks/deps_check.py gpu); missing ones are installed
+# from .whl/ (`make gpu-wheels` on a machine with a package index; carry .whl/). The checkout is installed
+# into .gpu_venv (benchmarks/gpu_env.py), so the console scripts exist. GPU_CHECK_DIR (not OUT: the GPU
+# machine's $OUT is its own) holds the runs; PY picks the base interpreter; GPU_DRY_RUN=1 only checks every
+# command line (benchmarks/gpu_lib.sh).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-OUT=${OUT:-sweeps/gpu_check}
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+# shellcheck source=benchmarks/gpu_lib.sh
+source benchmarks/gpu_lib.sh
+
+GPU_CHECK_DIR=${GPU_CHECK_DIR:-sweeps/gpu_check}
+SEEDS=${SEEDS:-0,1,2}
+REPEAT=${REPEAT:-1}
 JOBS=${JOBS:-8}
+TEST_WORKERS=${TEST_WORKERS:-4}
+ROBOT_ARCHS=${ROBOT_ARCHS:-blackbox,cbm,cem,probcbm,ecbm,hybrid_cbm,scbm,intcem,dcr}
+SUDOKU_ARCHS=${SUDOKU_ARCHS:-blackbox,cbm,cem,probcbm,ecbm}
+SUDOKU_JOBS=${SUDOKU_JOBS:-5}
+CUDA_TESTS=(tests/models/test_cuda.py tests/models/test_device_paths.py tests/models/test_determinism.py)
+# Extra cbm-train overrides of each sweep (gpu_all.sh sets small sizes here).
+ROBOT_OVERRIDES=()
+SUDOKU_OVERRIDES=()
 
-PY=${PY:-}
-if [ -z "$PY" ]; then
-  PY=python3
-  if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-    PY=.venv/bin/python
-  fi
+cbm_cuda_tests() {
+  step cuda-tests 300 "$PY" -m pytest -q -p no:cacheprovider -o addopts="" -n "$TEST_WORKERS" "${CUDA_TESTS[@]}"
+}
+
+cbm_robot_sweep() {
+  local repeat=()
+  [ "$REPEAT" = 1 ] && repeat=(--repeat)
+  step robot-sweep 600 "$PY" benchmarks/seed_sweep.py --archs "$ROBOT_ARCHS" --seeds "$SEEDS" "${repeat[@]}" --jobs "$JOBS" \
+    --out "$WORK/robot" --json "$WORK/robot.json" --reference benchmarks/results/seeds_robot_cpu.json \
+    --reference benchmarks/results/seeds_robot_new_archs_cpu.json -- trainer=gpu "${ROBOT_OVERRIDES[@]}"
+}
+
+cbm_intervene_learned() {  # the robot IntCEM of seed 0: its own psi, and a fit one
+  step intervene-learned 180 "$BIN/cbm-intervene" checkpoint="$WORK/robot/robot-intcem-s0" device=cuda \
+    cache_dir="$WORK/robot/cache" "hydra.run.dir=$WORK/intervene_intcem" 'ks=[0,1,3,max]' \
+    'policy=[random,intcem,global_order,coop,gradient]'
+}
+
+cbm_intervene() {
+  step intervene 120 "$BIN/cbm-intervene" checkpoint="$WORK/robot/robot-cem-s0" device=cuda cache_dir="$WORK/robot/cache" \
+    "hydra.run.dir=$WORK/intervene" 'ks=[0,1,3,max]'
+}
+
+cbm_sudoku_sweep() {
+  step sudoku-sweep 600 "$PY" benchmarks/seed_sweep.py --data sudoku_50px --archs "$SUDOKU_ARCHS" --seeds 0 --jobs "$SUDOKU_JOBS" \
+    --out "$WORK/sudoku" --json "$WORK/sudoku.json" -- trainer=gpu "${SUDOKU_OVERRIDES[@]}"
+}
+
+cbm_automate() {
+  step automate 180 "$BIN/cbm-automate" checkpoint="$WORK/sudoku/sudoku_50px-cbm-s0" device=cuda \
+    cache_dir="$WORK/sudoku/cache" "hydra.run.dir=$WORK/automate"
+}
+
+cbm_solo() {  # alone on the machine: its time is the figure (target <= 10 s, benchmarks/gpu_summary.py)
+  rm -rf "$WORK/solo"
+  step solo 120 "$BIN/cbm-train" trainer.accelerator=gpu logger=csv_only trainer.enable_progress_bar=false \
+    cache_dir="$WORK/robot/cache" "hydra.run.dir=$WORK/solo"
+}
+
+cbm_device() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+  "$PY" -c "import torch, lightning; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'lightning', lightning.__version__, torch.cuda.get_device_name(0))"
+}
+
+gpu_check_main() {
+  [ "${1:-}" = --dry-run ] && export GPU_DRY_RUN=1
+  gpu_env gpu || exit 2
+  check_setup "$GPU_CHECK_DIR"
+  cbm_device
+  local start=$SECONDS
+  cbm_cuda_tests
+  cbm_robot_sweep
+  cbm_intervene_learned
+  cbm_intervene
+  cbm_sudoku_sweep
+  cbm_automate
+  cbm_solo
+  "$PY" benchmarks/gpu_summary.py --steps "$STEPS_TSV" --work "$WORK" --logs "$STEP_LOGS" --seconds "$((SECONDS - start))"
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  gpu_check_main "$@"
 fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-# First, in well under a second: is every runtime dependency there? (benchmarks/deps_check.py)
-source benchmarks/gpu_deps.sh gpu || exit 2
-export WANDB_MODE=disabled
-"$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu_check: torch sees no CUDA device')" || exit 2
-
-status=0
-step() { echo; echo "== $1 ($(date +%T))"; }
-mkdir -p "$OUT"
-start=$SECONDS
-
-step "device"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-"$PY" -c "import torch, lightning; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'lightning', lightning.__version__)"
-
-step "CUDA tests and the determinism audit"
-"$PY" -m pytest -q -p no:cacheprovider -o addopts="" -n 4 tests/models/test_cuda.py tests/models/test_determinism.py \
-  2>&1 | tail -n 25 || status=1
-
-step "robot: every architecture, seeds 0 1 2 + a same-seed repeat (trainer=gpu)"
-"$PY" benchmarks/seed_sweep.py --jobs "$JOBS" --repeat --out "$OUT/robot" --json "$OUT/robot.json" \
-  --reference benchmarks/results/seeds_robot_cpu.json -- trainer=gpu || status=1
-
-step "robot: the architectures beyond the benchmark's four, seeds 0 1 2 (trainer=gpu)"
-"$PY" benchmarks/seed_sweep.py --archs hybrid_cbm,scbm,intcem,dcr --jobs "$JOBS" --out "$OUT/robot" \
-  --json "$OUT/robot_new_archs.json" --reference benchmarks/results/seeds_robot_new_archs_cpu.json -- trainer=gpu || status=1
-
-step "cbm-intervene on the GPU with the learned policies (robot IntCEM, seed 0: its own psi; a fit one)"
-"$PY" -m cbm.experiments.intervene checkpoint="$OUT/robot/robot-intcem-s0" device=cuda cache_dir="$OUT/robot/cache" \
-  "hydra.run.dir=$OUT/intervene_intcem" 'ks=[0,1,3,max]' 'policy=[random,intcem,global_order,coop,gradient]' || status=1
-
-step "Sudoku 50 px: every architecture, seed 0 (trainer=gpu)"
-"$PY" benchmarks/seed_sweep.py --data sudoku_50px --seeds 0 --jobs 5 --out "$OUT/sudoku" --json "$OUT/sudoku.json" \
-  -- trainer=gpu || status=1
-
-step "cbm-intervene on the GPU (robot CEM, seed 0)"
-"$PY" -m cbm.experiments.intervene checkpoint="$OUT/robot/robot-cem-s0" device=cuda cache_dir="$OUT/robot/cache" \
-  "hydra.run.dir=$OUT/intervene" 'ks=[0,1,3,max]' || status=1
-
-step "cbm-automate on the GPU (Sudoku 50 px CBM, seed 0)"
-"$PY" -m cbm.experiments.automate checkpoint="$OUT/sudoku/sudoku_50px-cbm-s0" device=cuda \
-  cache_dir="$OUT/sudoku/cache" "hydra.run.dir=$OUT/automate" || status=1
-
-step "the default robot CBM run alone (trainer.accelerator=gpu, 10 epochs + test + oracle table)"
-rm -rf "$OUT/solo"
-"$PY" -m cbm.experiments.train trainer.accelerator=gpu logger=csv_only trainer.enable_progress_bar=false \
-  cache_dir="$OUT/robot/cache" "hydra.run.dir=$OUT/solo" | tail -n 3 || status=1
-"$PY" - "$OUT/solo/timing.json" <<'EOF' || status=1
-import json, sys
-t = json.load(open(sys.argv[1]))
-total = sum(t.values())
-print(f"training + evaluation: {total:.1f} s ({', '.join(f'{k} {v:.1f}' for k, v in t.items())}); target <= 10 s")
-sys.exit(0 if total <= 10 else 1)
-EOF
-
-step "done in $((SECONDS - start)) s: $([ $status -eq 0 ] && echo 'all checks passed' || echo 'SOME CHECKS FAILED')"
-exit $status

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by gpu_check.sh / qlora_gpu_check.sh with $PY set: `source benchmarks/gpu_deps.sh <group>`.
 # Lists missing runtime dependencies at once (benchmarks/deps_check.py, no imports), installs the
 # carried wheels (.whl/, from `make gpu-wheels`) into .gpu_deps/ when something is missing, and

@@ -66,6 +66,31 @@ def train(arch: str, seed: int, data: str, out: Path, extra: list[str], tag: str
     return {"arch": arch, "seed": seed, "wall_s": wall, "timing": timing, **metrics}
 
 
+def dry_run(archs: list[str], seeds: list[int], data: str, out: Path, extra: list[str]) -> int:
+    """``CBM_DRY_RUN=1``: every run's command line checked by ``cbm-train`` itself (one ``--multirun``
+    precheck over the models and seeds; nothing trains). Under ``GPU_DRY_RUN=1`` (benchmarks/gpu_lib.sh)
+    each run directory also gets an empty ``checkpoints/best.ckpt``, so the steps that read the runs
+    (cbm-intervene, cbm-automate) check their own command lines in turn."""
+    models = ",".join(dict.fromkeys(model_for(arch, data) for arch in archs))
+    cmd = [
+        sys.executable, "-m", "cbm.experiments.train", "--multirun", f"data={data}", f"model={models}",
+        f"seed={','.join(map(str, seeds))}", "logger=csv_only", "trainer.enable_progress_bar=false",
+        f"cache_dir={out / 'cache'}", *extra,
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        print((res.stderr.strip().splitlines() or ["?"])[-1], file=sys.stderr)
+        return res.returncode
+    print(f"seed_sweep: dry run: the {len(archs) * len(seeds)} runs' command lines are valid ({data}, models {models}, seeds {seeds})")
+    if os.environ.get("GPU_DRY_RUN") == "1":
+        for arch in archs:
+            for seed in seeds:
+                ckpt = out / f"{data}-{arch}-s{seed}" / "checkpoints" / "best.ckpt"
+                ckpt.parent.mkdir(parents=True, exist_ok=True)
+                ckpt.touch()
+    return 0
+
+
 def oracle(r: dict[str, Any]) -> dict[int, float]:
     return {int(k): v for k, v in r.get("oracle_random", {}).items()}
 
@@ -153,12 +178,15 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (GPU: several fit on one device)")
     p.add_argument("--out", default="sweeps/seeds")
     p.add_argument("--repeat", action="store_true", help="run the first seed twice and compare the metrics")
-    p.add_argument("--reference", help="JSON of another sweep (e.g. the CPU one) to compare mean task accuracy with")
+    p.add_argument("--reference", action="append", default=[],
+                   help="JSON of another sweep (e.g. the CPU one) to compare mean task accuracy with (repeatable)")
     p.add_argument("--json", help="write the summary here")
     p.add_argument("overrides", nargs="*", help="extra cbm-train overrides (after --)")
     a = p.parse_args()
     archs, seeds = a.archs.split(","), parse_seeds(a.seeds)
     out = Path(a.out)
+    if os.environ.get("CBM_DRY_RUN", "") not in ("", "0"):
+        sys.exit(dry_run(archs, seeds, a.data, out, a.overrides))
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(arch, s, "") for arch in archs for s in seeds] + ([(arch, seeds[0], "-repeat") for arch in archs] if a.repeat else [])
     train(jobs[0][0], jobs[0][1], a.data, out, a.overrides)  # fills the data cache before parallel jobs start
@@ -167,8 +195,10 @@ def main() -> None:
     runs = [r for r, j in zip(results, jobs) if not j[2]]
     repeats = {j[0]: r for r, j in zip(results, jobs) if j[2]}
     reference = None
-    if a.reference and Path(a.reference).exists():
-        reference = {r["arch"]: r for r in json.loads(Path(a.reference).read_text())["rows"] if "error" not in r}
+    for ref in a.reference:
+        if Path(ref).exists():
+            rows = json.loads(Path(ref).read_text())["rows"]
+            reference = {**(reference or {}), **{r["arch"]: r for r in rows if "error" not in r}}
     rows = summarise(runs, repeats, reference)
     strict = a.data == "robot"
     print(f"\n{a.data}, seeds {a.seeds}, overrides {a.overrides or 'none'} (accuracies in %):\n")

@@ -53,13 +53,31 @@ def test_the_check_runs_in_a_fresh_process_in_well_under_a_second():
     assert "torch" not in res.stderr
 
 
-@pytest.mark.parametrize("script", ["gpu_check.sh", "qlora_gpu_check.sh"])
-def test_the_scripts_check_dependencies_before_anything_imports_torch(script):
-    lines = (ROOT / "benchmarks" / script).read_text().splitlines()
-    first_check = next(i for i, ln in enumerate(lines) if "gpu_deps.sh" in ln and ln.startswith("source"))
-    torch_uses = [i for i, ln in enumerate(lines) if "import torch" in ln and "PY" in ln and not ln.lstrip().startswith("#")]
-    # gpu_check may probe a local .venv for CUDA before (absent on the GPU machine: nothing runs)
-    assert all(i > first_check or ".venv/bin/python -c" in lines[i] for i in torch_uses)
+def test_the_environment_checks_dependencies_before_anything_imports_torch():
+    """benchmarks/gpu_lib.sh's gpu_env: deps_check (through gpu_deps.sh) before any torch import."""
+    lines = (ROOT / "benchmarks" / "gpu_lib.sh").read_text().splitlines()
+    first_check = next(i for i, ln in enumerate(lines) if "gpu_deps.sh" in ln and ln.lstrip().startswith("source"))
+    torch_uses = [i for i, ln in enumerate(lines) if "import" in ln and "torch" in ln and "PY" in ln and not ln.lstrip().startswith("#")]
+    # the base interpreter's choice may probe a local .venv for CUDA before (absent on the GPU machine: nothing runs)
+    assert torch_uses and all(i > first_check or ".venv/bin/python -c" in lines[i] for i in torch_uses)
+
+
+@pytest.mark.parametrize("script, main", [("gpu_check.sh", "gpu_check_main"), ("qlora_gpu_check.sh", "qlora_check_main"),
+                                          ("gpu_all.sh", None)])  # fmt: skip
+def test_the_scripts_set_up_the_environment_before_any_step(script, main):
+    """The code that runs (the main function, or gpu_all.sh's top level): gpu_env first, then the steps."""
+    lines, body, inside = (ROOT / "benchmarks" / script).read_text().splitlines(), [], None
+    for ln in lines:
+        head = re.match(r"(\w+)\(\) \{", ln)
+        if head:
+            inside = head[1]
+        elif ln == "}":
+            inside = None
+        elif inside == main and not ln.lstrip().startswith("#"):
+            body.append(ln.strip())
+    setup = next(i for i, ln in enumerate(body) if re.match(r"gpu_env (gpu|qlora)\b", ln))
+    steps = [i for i, ln in enumerate(body) if re.match(r"(cbm|vlm|lane)_\w+", ln) or "import torch" in ln]
+    assert steps and min(steps) > setup, script
 
 
 def test_a_wheel_folder_is_checked(tmp_path, capsys):
