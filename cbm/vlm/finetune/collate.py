@@ -10,6 +10,12 @@ its processor builds it from ``suffix=``). Per-token inputs (``token_type_ids``,
 are zero-padded before they are concatenated. Labels are ``-100`` on the prompt (text and image tokens)
 and on padding, so exactly the answer tokens and the end-of-turn token are learned. The pixel
 budget (min / max pixels) is the processor's, the same at training and evaluation.
+
+Each row is encoded once (``cache_bytes``: its tensors kept up to that many bytes in all): opening the
+image, the processor's resizing and patching and the tokenisation were ~86 ms per batch of 4 tiny-model
+rows on the CPU, and a training loop that collated every step paid them again each epoch, in the
+thread that feeds the GPU. ``pad_to_multiple_of`` rounds the padded length up (labels ``-100`` and
+attention 0 there: the loss is unchanged).
 """
 
 from __future__ import annotations
@@ -46,8 +52,13 @@ class Encoded:
 class Collator:
     """``__call__(rows) -> batch`` for training and loss evaluation; ``prompt(row)`` for generation."""
 
-    def __init__(self, processor: Any, end_of_turn: str | None = None):
+    def __init__(self, processor: Any, end_of_turn: str | None = None, cache_bytes: int = 0, pad_to_multiple_of: int = 1):
+        if pad_to_multiple_of < 1:
+            raise ValueError(f"pad_to_multiple_of must be >= 1, got {pad_to_multiple_of}")
         self.processor = processor
+        self.cache_bytes, self.pad_to_multiple_of = cache_bytes, pad_to_multiple_of
+        self._cache: dict[tuple[str, str, str], Encoded] = {}
+        self._cached_bytes = 0
         self.format = prompt_format(processor)
         self.tok = getattr(processor, "tokenizer", processor)
         eot = end_of_turn or self.tok.eos_token
@@ -63,6 +74,20 @@ class Collator:
         return self.format.encode(self.processor, user_turn(row.question), [img])
 
     def encode(self, row: QARow) -> Encoded:
+        """``row`` as model inputs; from the cache when it was encoded before (the cached tensors are
+        never written to: batches are built in new tensors)."""
+        key = (row.image, row.question, row.answer)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        enc = self._encode(row)
+        size = sum(t.numel() * t.element_size() for t in (enc.input_ids, enc.labels, *enc.extra.values()))
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[key] = enc
+            self._cached_bytes += size
+        return enc
+
+    def _encode(self, row: QARow) -> Encoded:
         p = self.prompt(row)
         n_prompt = int(p["input_ids"].shape[1])
         answer = self.tok(row.answer, add_special_tokens=False)["input_ids"]
@@ -77,6 +102,7 @@ class Collator:
     def __call__(self, rows: Sequence[QARow]) -> dict[str, torch.Tensor]:
         enc = [self.encode(r) for r in rows]
         n = max(len(e.input_ids) for e in enc)
+        n = -(-n // self.pad_to_multiple_of) * self.pad_to_multiple_of
         ids = torch.full((len(enc), n), self.pad_id, dtype=enc[0].input_ids.dtype)
         labels = torch.full((len(enc), n), IGNORE, dtype=torch.long)
         attn = torch.zeros((len(enc), n), dtype=torch.long)
@@ -87,15 +113,15 @@ class Collator:
         for k in enc[0].extra:
             vals = [e.extra[k] for e in enc]
             if k in TOKEN_TYPE_KEYS:  # per token: padded like the ids, with 0 (text; the tokenizers' pad type id)
-                batch[k] = pad_stack(vals, PAD_TOKEN_TYPE)
+                batch[k] = pad_stack(vals, PAD_TOKEN_TYPE, n)
             else:  # image tensors: concatenated along dim 0, zero-padded to the largest shape first
                 batch[k] = pad_cat(vals)
         return batch
 
 
-def pad_stack(vals: Sequence[torch.Tensor], value: int) -> torch.Tensor:
-    """1-d tensors right-padded with ``value`` to the longest, stacked ``[B, T]``."""
-    out = vals[0].new_full((len(vals), max(len(v) for v in vals)), value)
+def pad_stack(vals: Sequence[torch.Tensor], value: int, length: int = 0) -> torch.Tensor:
+    """1-d tensors right-padded with ``value`` to the longest (at least ``length``), stacked ``[B, T]``."""
+    out = vals[0].new_full((len(vals), max(length, *(len(v) for v in vals))), value)
     for i, v in enumerate(vals):
         out[i, : len(v)] = v
     return out
