@@ -19,6 +19,8 @@ CHECKPOINT_MONITORS: dict[str, tuple[str | None, str]] = {
     "task_loss": ("val/task_loss", "min"),
     "task_acc": ("val/task_acc", "max"),
     "concept_auroc": ("val/concept_auroc", "max"),
+    #: concept-benchmark 0.4.1's early-stopping score: the mean over concepts of each one's F1 at 0.5
+    "concept_f1": ("val/concept_f1", "max"),
     "last": (None, "min"),
 }
 
@@ -43,7 +45,8 @@ class TrainerConfig:
     #: Compile the encoder with ``torch.compile`` (``nn.Module.compile``: checkpoints keep their keys).
     compile: bool = False
     #: Which epoch ``checkpoints/best.ckpt`` keeps (and early stopping watches): ``task_loss`` (lowest
-    #: ``val/task_loss``), ``task_acc`` / ``concept_auroc`` (highest), or ``last`` (the final epoch).
+    #: ``val/task_loss``), ``task_acc`` / ``concept_auroc`` / ``concept_f1`` (highest; ``concept_f1`` is
+    #: the mean of the per-concept F1 at 0.5, concept-benchmark 0.4.1's), or ``last`` (the final epoch).
     #: An independent CBM's head is fit on annotated concepts, so its validation task loss may be
     #: lowest at an early epoch whose concept detectors are still poor: ``concept_auroc`` or ``last``.
     checkpoint_monitor: str = "task_loss"
@@ -182,7 +185,7 @@ class OracleConfig:
 
 
 #: Metrics a sweeper can optimise: the kept checkpoint's on the validation or the test split.
-OBJECTIVES = tuple(f"{split}/{m}" for split in ("val", "test") for m in ("task_acc", "task_loss", "concept_acc", "concept_auroc"))
+OBJECTIVES = tuple(f"{split}/{m}" for split in ("val", "test") for m in ("task_acc", "task_loss", "concept_acc", "concept_auroc", "concept_f1"))
 
 
 @dataclass

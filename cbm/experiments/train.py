@@ -55,8 +55,8 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, Any, dict]:
     check_api_key(train.logger.wandb)  # mode=online without a key: refused now, not after the run directory is made
     data = data_config(data_raw)
     model_cfg = validate_model(model_raw)
-    if model_cfg["name"] == "blackbox" and train.trainer.checkpoint_monitor == "concept_auroc":
-        raise ConfigError("trainer.checkpoint_monitor=concept_auroc: a black box has no concepts (use task_loss, task_acc or last)")
+    if model_cfg["name"] == "blackbox" and train.trainer.checkpoint_monitor in ("concept_auroc", "concept_f1"):
+        raise ConfigError(f"trainer.checkpoint_monitor={train.trainer.checkpoint_monitor}: a black box has no concepts (use task_loss, task_acc or last)")
     if train.cache_dir is not None:
         check_creatable(train.cache_dir, "cache_dir")  # a file in the way: refused now, not when the data is written
     check_footprint(data, train.data_storage, train.cache_dir)  # fits in memory / on disk

@@ -56,7 +56,7 @@ def build_backbone(cfg: BackboneConfig, info: DataInfo) -> Backbone:
         importlib.import_module(_LAZY[name])
     if name not in _REGISTRY:
         raise ValueError(f"unknown backbone '{name}'")
-    expected = {"cnn": "image", "resnet18": "image", "mlp": "tabular", "text_bag": "text"}.get(name)
+    expected = {"cnn": "image", "plain_cnn": "image", "resnet18": "image", "mlp": "tabular", "text_bag": "text"}.get(name)
     if expected and expected != info.modality:
         raise ValueError(f"backbone '{name}' needs {expected} data, but the dataset is {info.modality}")
     return _REGISTRY[name](cfg, info)
@@ -101,6 +101,44 @@ class SmallCNN(Backbone):
 @register_backbone("cnn")
 def _cnn(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
     return SmallCNN(cfg, in_channels=info.in_shape[0])
+
+
+class PlainCNN(Backbone):
+    """concept-benchmark 0.4.1's robot CNNs: ``3x3`` conv + ReLU blocks (``channels``), no batch norm,
+    each followed by a ``2x2`` max pool when ``maxpool`` is set, flattened as they are (no
+    projection): ``out_dim = channels[-1] * H' * W'``.
+
+    * ``maxpool: false`` is its concept encoder below 128 px (``RobotConceptClassifier``: "no pooling,
+      keep all spatial information"); at 32 px the features are 64 x 32 x 32 = 65,536 wide, and the
+      CBM's linear concept layer over them is its one ``Linear(65536, 1)`` per concept.
+    * ``maxpool: true`` is its DNN's feature extractor (``RobotClassifierCNN``): 64 x 4 x 4 = 1,024
+      features, read by an MLP head (``head.hidden: 128``, ``head.dropout: 0.5``).
+    """
+
+    def __init__(self, cfg: BackboneConfig, in_shape: list[int]):
+        super().__init__()
+        if len(in_shape) != 3:
+            raise ValueError(f"backbone 'plain_cnn' needs [C, H, W] images, got input shape {in_shape}")
+        c, h, w = in_shape
+        blocks: list[nn.Module] = []
+        for width in cfg.channels:
+            blocks += [nn.Conv2d(c, width, 3, padding=1), nn.ReLU()]
+            if cfg.maxpool:
+                blocks.append(nn.MaxPool2d(2, 2))
+                h, w = h // 2, w // 2
+            c = width
+        if h < 1 or w < 1:
+            raise ValueError(f"backbone 'plain_cnn': {len(cfg.channels)} max pools leave no pixel of a {in_shape[1]}x{in_shape[2]} image")
+        self.features = nn.Sequential(*blocks, nn.Flatten())
+        self.out_dim = c * h * w
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.features(x)
+
+
+@register_backbone("plain_cnn")
+def _plain_cnn(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return PlainCNN(cfg, list(info.in_shape))
 
 
 class ResNet18(Backbone):

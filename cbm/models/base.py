@@ -22,6 +22,7 @@ from cbm.config import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig
 from cbm.models.hooks import InterventionHooks
+from cbm.models.metrics import MeanConceptF1
 from cbm.models.registry import settings_of
 from cbm.models.state import MINIMISED, ConceptState
 
@@ -60,7 +61,7 @@ def build_head(cfg: HeadConfig, in_dim: int, n_out: int) -> nn.Module:
     """Linear or MLP label predictor."""
     if cfg.kind == "linear":
         return nn.Linear(in_dim, n_out)
-    return mlp([in_dim, *([cfg.hidden] * (cfg.layers - 1)), n_out])
+    return mlp([in_dim, *([cfg.hidden] * (cfg.layers - 1)), n_out], cfg.dropout)
 
 
 def concept_hint(backbone: nn.Module, n_concepts: int) -> nn.Module | None:
@@ -242,6 +243,7 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         if self.has_concepts:
             metrics["concept_acc"] = BinaryAccuracy()
             metrics["concept_auroc"] = BinaryAUROC()
+            metrics["concept_f1"] = MeanConceptF1(self.n_concepts)
         return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
     def _eval_step(self, batch: Batch, stage: str) -> None:
@@ -255,6 +257,7 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             p = state.probs.flatten().float()
             metrics["concept_acc"].update(p, c)
             metrics["concept_auroc"].update(p, c)
+            metrics["concept_f1"].update(state.probs, batch["c"], batch.get("c_observed"))
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=len(y))
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:

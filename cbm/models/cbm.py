@@ -59,11 +59,12 @@ class CBM(ConceptModel):
         return ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
 
     def readout(self, probs: Tensor) -> Tensor:
-        """What the head reads of the concept probabilities: themselves (``soft``) or ``1[p > 0.5]``
-        (``hard``; straight-through gradient). Intervened concepts are 0/1 either way."""
+        """What the head reads of the concept probabilities: themselves (``soft``) or ``1[p >= 0.5]``
+        (``hard``, concept-benchmark 0.4.1's ``predict_proba >= 0.5``; straight-through gradient).
+        Intervened concepts are 0/1 either way."""
         if self.cfg.concept_readout == "soft":
             return probs
-        hard = (probs > 0.5).to(probs.dtype)
+        hard = (probs >= 0.5).to(probs.dtype)
         return probs + (hard - probs).detach() if probs.requires_grad else hard
 
     def predict(self, state: ConceptState) -> Tensor:
@@ -156,10 +157,11 @@ class CBM(ConceptModel):
             whole = train["c_observed"].bool().all(1)
             c, y = c[whole], y[whole]
         inputs = c * self.concept_keep.to(c.device)
+        l2 = h.l2_for(len(y), self.n_classes)
         if self.cfg.monotonicity:
-            fit = fit_signed_head(self.head, inputs, y, self.monotonic_signs, h.l2, h.max_iter, h.tol)
+            fit = fit_signed_head(self.head, inputs, y, self.monotonic_signs, l2, h.max_iter, h.tol)
         else:
-            fit = fit_head(self.head, inputs, y, h.l2, h.max_iter, h.tol)
+            fit = fit_head(self.head, inputs, y, l2, h.max_iter, h.tol)
         self.head.requires_grad_(False)
         self.head_fit = fit
         msg = (f"label predictor fit by L-BFGS: {fit.iterations} iterations on {fit.rows} rows ({fit.distinct} distinct), "

@@ -8,7 +8,7 @@ from typing import Any
 
 from cbm.config.safe_paths import check_component
 
-BACKBONES = ("auto", "cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
+BACKBONES = ("auto", "cnn", "plain_cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
 CONCEPT_INPUTS = ("features", "hint", "hint_detached")
 CONCEPT_READOUTS = ("soft", "hard")
@@ -22,6 +22,9 @@ class BackboneConfig:
     channels: list[int] = field(default_factory=lambda: [16, 32, 64])
     #: CNN: side of the pooled feature map that is flattened (1 = global average pooling).
     grid: int = 4
+    #: plain_cnn: a 2x2 max pool after each conv block (concept-benchmark 0.4.1's DNN) or none (its
+    #: concept encoder below 128 px: the features keep every pixel).
+    maxpool: bool = False
     hidden: list[int] = field(default_factory=lambda: [128, 128])
     #: Width of the features the cnn / resnet18 / mlp / text_bag encoder outputs (sudoku_cells: fixed n^3).
     out_dim: int = 128
@@ -57,6 +60,13 @@ class HeadConfig:
     solver: str = "lbfgs"
     #: L2 penalty on the head's weights in the L-BFGS objective (makes the minimiser unique).
     l2: float = 1e-4
+    #: scikit-learn's ``LogisticRegression(C=...)`` objective instead of ``l2``: the *sum* of the
+    #: training losses plus ``||w||^2 / (2 C)`` (bias unpenalised), i.e. ``l2 = 2 / (C N)`` for two
+    #: classes (one margin vector) and ``1 / (C N)`` for more, over the ``N`` rows the head is fit on.
+    #: concept-benchmark 0.4.1's label predictor is ``C=1``. ``None``: ``l2`` as given.
+    C: float | None = None
+    #: mlp head: dropout after each hidden layer's ReLU (concept-benchmark 0.4.1's DNN: 0.5).
+    dropout: float = 0.0
     #: L-BFGS iteration bound and stopping tolerance (max |gradient| of the objective).
     max_iter: int = 1000
     tol: float = 1e-7
@@ -70,6 +80,18 @@ class HeadConfig:
             raise ValueError(f"head.solver must be one of {HEAD_SOLVERS}, got '{self.solver}'")
         if self.l2 < 0 or self.max_iter < 1 or not self.tol > 0:
             raise ValueError(f"head.l2 must be >= 0, head.max_iter >= 1 and head.tol > 0, got {self.l2}, {self.max_iter}, {self.tol}")
+        if self.C is not None and not self.C > 0:
+            raise ValueError(f"head.C must be > 0 (sklearn's inverse regularisation strength) or null, got {self.C}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"head.dropout must be in [0, 1), got {self.dropout}")
+
+    def l2_for(self, n_rows: int, n_classes: int) -> float:
+        """The L2 weight of the L-BFGS objective (mean loss + ``l2/2 ||W||^2``) for ``n_rows`` training
+        rows: ``l2``, or sklearn's ``C`` turned into it (see ``C``; a two-class softmax head's
+        ``||W||^2`` is half its margin's ``||w||^2`` at the optimum, hence the 2)."""
+        if self.C is None:
+            return self.l2
+        return (2.0 if n_classes == 2 else 1.0) / (self.C * max(n_rows, 1))
 
 
 @dataclass
@@ -111,7 +133,7 @@ class ModelConfig:
     #: the backbone and the hint layer then train as a CBM's, from the hint and auxiliary losses).
     #: Without such a layer all three mean the features.
     concept_input: str = "features"
-    #: CBM: what the head reads, ``soft`` (the concept probabilities) or ``hard`` (``1[p > 0.5]``, Koh
+    #: CBM: what the head reads, ``soft`` (the concept probabilities) or ``hard`` (``1[p >= 0.5]``, Koh
     #: et al.'s hard CBM; sequential / joint training pass the gradient straight through). A hard
     #: head cannot hedge on an unreadable concept: a chance-level detector costs its full error.
     concept_readout: str = "soft"

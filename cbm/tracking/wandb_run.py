@@ -33,7 +33,7 @@ from synthetic.atomic import write_json_atomic
 #: The run directory's record of its W&B run.
 RUN_FILE = "wandb.json"
 #: Summary kinds of the validation metrics: the best epoch's value (not the last one's).
-BEST_VAL = {"val/task_acc": "max", "val/task_loss": "min", "val/concept_acc": "max", "val/concept_auroc": "max"}
+BEST_VAL = {"val/task_acc": "max", "val/task_loss": "min", "val/concept_acc": "max", "val/concept_auroc": "max", "val/concept_f1": "max"}
 #: Override prefixes that say where a run writes, not what it is (left out of names).
 _LOCATION_KEYS = ("hydra.", "logger.", "cache_dir", "output_dir", "checkpoint", "blackbox", "resume")
 

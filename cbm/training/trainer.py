@@ -113,7 +113,7 @@ class EpochLine(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         m = trainer.callback_metrics
-        parts = [f"{k} {float(m[k]):.4f}" for k in ("train/loss", "val/task_loss", "val/task_acc", "val/concept_acc") if k in m]
+        parts = [f"{k} {float(m[k]):.4f}" for k in ("train/loss", "val/task_loss", "val/task_acc", "val/concept_acc", "val/concept_f1") if k in m]
         log.info("epoch %d/%d: %s (%.1f s)", trainer.current_epoch + 1, trainer.max_epochs, ", ".join(parts),
                  time.perf_counter() - self.start)  # fmt: skip
 

@@ -15,7 +15,7 @@ import torch
 from badinput import DATA, SLOW, Payload, assert_refused, params
 
 TRAIN = [
-    ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, blackbox_sudoku, cbm"),
+    ("model=cbmm", "unknown model 'cbmm' (choose from: blackbox, blackbox_sudoku, blackbox_v04, cbm"),
     ("data=robt", "unknown data 'robt'"),
     ("model.monotonicity={knees: 3}", "model.monotonicity: signs must be +1 or -1"),
     ("trainer=nope", "unknown trainer 'nope'"),
@@ -87,6 +87,9 @@ TRAIN = [
     ("model.optim.name=rmsprop", "optim.name"),
     ("model.backbone.name=vgg", "backbone.name"),
     ("model.head.kind=tree", "head.kind"),
+    ("model.head.C=0", "model: head.C must be > 0 (sklearn's inverse regularisation strength) or null, got 0.0"),
+    ("model.head.dropout=1", "model: head.dropout must be in [0, 1), got 1.0"),
+    ("model.backbone.maxpool=sometimes", "model: Value 'sometimes' is not a valid bool (type str) (key: backbone.maxpool)"),
     ("model.sequential_concept_fraction=1", "sequential_concept_fraction"),
     ("hydra.run.dir=FX/files/a_file/run", "hydra.run.dir: cannot create"),
     ("cache_dir=FX/files/a_file", "cache_dir: cannot create FX/files/a_file: FX/files/a_file is a file, not a directory"),
@@ -112,6 +115,8 @@ TRAIN_MULTI = [
     (["model=dcr", "model.temperature=0"], "model.temperature must be > 0"),
     (["trainer.checkpoint_monitor=val_acc"], "checkpoint_monitor must be one of"),
     (["model=blackbox", "trainer.checkpoint_monitor=concept_auroc"], "a black box has no concepts"),
+    (["model=blackbox_v04", "trainer.checkpoint_monitor=concept_f1"], "trainer.checkpoint_monitor=concept_f1: a black box has no concepts"),
+    (["model=cbm_v04", "model.concept_readout=sharp"], "concept_readout must be one of"),
     (["trainer.checkpoint_monitor=last", "trainer.early_stopping_patience=3"], "needs a metric to watch"),
     (["--multirun", "model=cbm,nope"], "unknown model 'nope'"),
     (["--multirun", "seed=0,-1"], "seed must be in"),
@@ -120,6 +125,7 @@ TRAIN_MULTI = [
 #: Inputs found after data or models load (heavier: torch and lightning are imported).
 TRAIN_LATE = [
     ([*DATA, "model.zero_concepts=[wings]"], "zero_concepts: unknown concept 'wings'"),
+    ([*DATA, "model=cbm_v04"], "backbone 'plain_cnn' needs image data, but the dataset is tabular"),
     ([*DATA, "model.monotonicity={wings: 1}"], "monotonicity: unknown concept 'wings'"),
     ([*DATA, "model=cem", "model.monotonicity={knees: 1}"], "sign constraints apply to the CBM's linear label predictor"),
     ([*DATA, "data.concept_missing.mechanism=mcar", "data.concept_missing.p=0.99"], "no training row has every concept annotated"),
@@ -145,6 +151,8 @@ INTERVENE = [
     (["checkpoint=FX/run", "+policy.random.nope=1"], "policy.random: Key 'nope' not in 'Config'"),
     (["checkpoint=FX/run", "intervener=[self]", "+intervener.self.accuracy=0.9"], "intervener.self: Key 'accuracy' not in 'Config'"),
     (["checkpoint=FX/run", "policy.responsiveness.search=psychic"], "search must be one of"),
+    (["checkpoint=FX/run", "policy.responsiveness.at_max=every"], "policy.responsiveness: at_max must be one of ('best', 'all'), got 'every'"),
+    (["checkpoint=FX/run", "policy.responsiveness.inclusive=maybe"], "policy.responsiveness: Value 'maybe' is not a valid bool"),
     (["checkpoint=FX/run", "policy=[coop]", "policy.coop.entropy_weight=-1"], "policy.coop: entropy_weight, importance_weight and cost_weight must be >= 0"),
     (["checkpoint=FX/run", "policy=[coop]", "policy.coop.costs={knees: -2}"], "policy.coop: costs must be >= 0, got {'knees': -2.0}"),
     (["checkpoint=FX/run", "policy=[coop]", "policy.coop.costs={elbows: 2}"], "policy.coop.costs: unknown concept(s) ['elbows']"),

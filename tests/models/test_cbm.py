@@ -32,7 +32,8 @@ def test_hard_readout_thresholds_at_inference_and_passes_gradients_in_training()
 
 @pytest.mark.parametrize(
     ("monitor", "metric", "mode"),
-    [("last", None, "min"), ("task_loss", "val/task_loss", "min"), ("concept_auroc", "val/concept_auroc", "max"), ("task_acc", "val/task_acc", "max")],
+    [("last", None, "min"), ("task_loss", "val/task_loss", "min"), ("concept_auroc", "val/concept_auroc", "max"), ("task_acc", "val/task_acc", "max"),
+     ("concept_f1", "val/concept_f1", "max")],
 )
 def test_checkpoint_monitor_sets_what_best_ckpt_keeps(tmp_path, monitor, metric, mode):
     """``trainer.checkpoint_monitor``: the metric and direction best.ckpt follows (``last``: none, so

@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING, Any
 from cbm.config.names import FAST_PATH_MODES, SEARCH_METHODS
 from cbm.interventions.policies.base import available_concepts
 
+#: ``policy.responsiveness.at_max``: what a budget covering every requestable concept asks for.
+AT_MAX = ("best", "all")
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -41,6 +44,13 @@ class ResponsivenessPolicy:
         chunk_mb: float = 256.0
         #: auto (the model's additive fast path when it has one) | off (always pair_logits)
         fast_path: str = "auto"
+        #: request when ``resp >= threshold`` (and ``resp > 0``), concept-benchmark 0.4.1's KFlip rule,
+        #: instead of ``resp > threshold``
+        inclusive: bool = False
+        #: a budget that covers every requestable concept (``k = max``): ``best`` asks for the most
+        #: responsive subset; ``all`` asks for every requestable concept of the rows whose ``resp`` of
+        #: that whole set passes the threshold (KFlip at k = max: only that subset is evaluated)
+        at_max: str = "best"
 
         def __post_init__(self) -> None:
             if not 0.0 <= self.threshold < 1.0:
@@ -51,6 +61,8 @@ class ResponsivenessPolicy:
                 raise ValueError(f"search must be one of {SEARCH_METHODS}, got '{self.search}'")
             if self.fast_path not in FAST_PATH_MODES:
                 raise ValueError(f"fast_path must be one of {FAST_PATH_MODES}, got '{self.fast_path}'")
+            if self.at_max not in AT_MAX:
+                raise ValueError(f"at_max must be one of {AT_MAX}, got '{self.at_max}'")
             if self.exact_max_candidates < 0 or self.max_assignments < 2 or self.chunk_mb <= 0:
                 raise ValueError("exact_max_candidates >= 0, max_assignments >= 2 and chunk_mb > 0 are required")
 
@@ -64,6 +76,8 @@ class ResponsivenessPolicy:
         max_assignments: int = Config.max_assignments,
         chunk_mb: float = Config.chunk_mb,
         fast_path: str = Config.fast_path,
+        inclusive: bool = Config.inclusive,
+        at_max: str = Config.at_max,
         allowed: Tensor | Sequence[int] | None = None,
         seed: int = 0,
     ):
@@ -71,7 +85,7 @@ class ResponsivenessPolicy:
 
         self.Config(
             threshold, prior if isinstance(prior, str) else "independent", search, exact_max_candidates,
-            max_assignments, chunk_mb, fast_path,
+            max_assignments, chunk_mb, fast_path, inclusive, at_max,
         )  # fmt: skip
         self.threshold = float(threshold)
         self.prior = make_prior(prior, labels)
@@ -80,6 +94,8 @@ class ResponsivenessPolicy:
         self.max_assignments = max_assignments
         self.chunk_mb = chunk_mb
         self.fast_path = fast_path
+        self.inclusive = bool(inclusive)
+        self.at_max = at_max
         self.allowed = allowed
         self.seed = seed
         self.last: SearchResult | None = None
@@ -96,7 +112,7 @@ class ResponsivenessPolicy:
                 raise ValueError("policy.responsiveness.prior=empirical needs the training concept labels, but the train split is empty")
         return cls(
             cfg.threshold, cfg.prior, labels, cfg.search, cfg.exact_max_candidates, cfg.max_assignments, cfg.chunk_mb,
-            cfg.fast_path, allowed=ctx.allowed, seed=ctx.seed,
+            cfg.fast_path, cfg.inclusive, cfg.at_max, allowed=ctx.allowed, seed=ctx.seed,
         )  # fmt: skip
 
     def _method(self, n: int, k: int) -> str:
@@ -111,7 +127,7 @@ class ResponsivenessPolicy:
         biggest: dict[str, int] = {}
         for k in ks:
             kk = min(int(k), n)
-            if kk > 0:
+            if kk > 0 and not self._whole(kk, n):
                 how = self._method(n, kk)
                 biggest[how] = max(biggest.get(how, 0), kk)
         for kk in biggest.values():
@@ -134,6 +150,11 @@ class ResponsivenessPolicy:
                 b = state.batch_size
                 empty = torch.zeros(b, m, dtype=torch.bool, device=state.probs.device)
                 result = R.SearchResult(empty, state.probs.new_full((b,), float("-inf")), "none")
+            elif self._whole(kk, len(universe)):
+                resp = R.whole_responsiveness(model, state, universe, self.prior, avail, self.chunk_mb)
+                whole = torch.zeros(m, dtype=torch.bool, device=state.probs.device)
+                whole[universe] = True
+                result = R.SearchResult(whole[None] & (resp > float("-inf"))[:, None], resp, "whole")
             elif self._method(len(universe), kk) == "exact":
                 if self._exact is None or self._exact[0] < kk:
                     table = R.subset_table(m, kk, universe, state.probs.device)
@@ -156,5 +177,9 @@ class ResponsivenessPolicy:
         self.last = result
         return result
 
+    def _whole(self, k: int, n_universe: int) -> bool:
+        """Whether budget ``k`` (already capped at ``n_universe``) asks for the whole universe at once."""
+        return self.at_max == "all" and 0 < k == n_universe
+
     def select(self, model, state: ConceptState, k: int) -> Tensor:
-        return self.search(model, state, k).thresholded(self.threshold)
+        return self.search(model, state, k).thresholded(self.threshold, self.inclusive)

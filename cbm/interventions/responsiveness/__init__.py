@@ -14,6 +14,7 @@ intervention and ``p(a | S)`` a prior over the answers (:mod:`.priors`).
   model's head is additive in the concepts, else the model's ``pair_logits`` hook on every
   (example, subset, assignment), in memory-bounded chunks;
 * :mod:`.greedy` — grow ``S`` one concept at a time when the budget forbids the exact search;
+* :mod:`.whole` — ``resp`` of the whole set of requestable concepts (KFlip's ``k = max``);
 * :mod:`.search` — the best subset / prefix (ties: smaller, then first) and which search a budget gets;
 * :mod:`.reference` — a plain per-subset loop (tests, the benchmark's baseline).
 
@@ -43,11 +44,12 @@ from cbm.interventions.responsiveness.tables import (
     n_candidate_pairs,
     subset_table,
 )
+from cbm.interventions.responsiveness.whole import whole_responsiveness
 
 __all__ = [
     "DEFAULT_CHUNK_MB", "DEFAULT_EXACT_MAX_CANDIDATES", "DEFAULT_MAX_ASSIGNMENTS", "TIE_TOL", "Additive",
     "EmpiricalPrior", "IndependentPrior", "Level", "Prior", "SearchResult", "SubsetTable", "additive",
     "assignment_bits", "choose_exact", "choose_prefix", "exact_pairs", "first_within", "greedy_chain",
     "greedy_search", "make_prior", "n_candidate_pairs", "pair_weights", "responsiveness_loop",
-    "search_method", "subset_responsiveness", "subset_table", "trim_state",
+    "search_method", "subset_responsiveness", "subset_table", "trim_state", "whole_responsiveness",
 ]  # fmt: skip

@@ -37,12 +37,14 @@ class SearchResult:
     mask: Tensor
     #: ``[B]`` its responsiveness (``-inf`` when no concept could be requested).
     resp: Tensor
-    #: ``"exact"`` or ``"greedy"``.
+    #: ``"exact"``, ``"greedy"`` or ``"whole"`` (every requestable concept, :mod:`.whole`).
     method: str
 
-    def thresholded(self, threshold: float) -> Tensor:
-        """The mask with rows whose ``resp <= threshold`` emptied."""
-        return self.mask & (self.resp > threshold)[:, None]
+    def thresholded(self, threshold: float, inclusive: bool = False) -> Tensor:
+        """The mask with rows whose ``resp <= threshold`` emptied (``inclusive``: kept are the rows with
+        ``resp >= threshold`` and ``resp > 0``, concept-benchmark 0.4.1's KFlip rule)."""
+        keep = (self.resp >= threshold) & (self.resp > 0) if inclusive else self.resp > threshold
+        return self.mask & keep[:, None]
 
 
 def choose_exact(resp: Tensor, table: SubsetTable, k: int) -> SearchResult:
