@@ -19,6 +19,12 @@ from synthetic.robot.renderer import PART_NAMES
 from synthetic.robot.rules import LABEL_RULE_NAMES, LABEL_RULES, RULE_TRAIN_CONSTRAINTS
 
 MODALITIES = ("image", "tabular", "text")
+#: ``render``: this project's renderer and sampling (``ours``) or concept-benchmark 0.4.1's robots,
+#: catalogue and row split (``reference``, :mod:`synthetic.robot.reference`).
+RENDERS = ("ours", "reference")
+#: ``source``: robots made here (``generator``) or by the installed reference package itself
+#: (``concept_benchmark``, the ``[reference]`` extra; :mod:`synthetic.robot.reference.oracle`).
+SOURCES = ("generator", "concept_benchmark")
 #: Bytes a robot takes in memory besides its input (labels, concepts, attributes; measured ~1 KB).
 ROW_OVERHEAD = 1000
 
@@ -352,6 +358,13 @@ class RobotConfig:
     #: of ``label_rule`` (six of the ten foot sub-types). Validation, calibration and test are unshifted.
     train_constraints: Any = field(default_factory=list)
     nuisance: NuisanceConfig = field(default_factory=NuisanceConfig)
+    #: ``ours`` (poses, palettes, robots drawn per split) or ``reference``: 0.4.1's fixed-pose robots in
+    #: its 71 colour schemes, its catalogue (every robot ``renders_per_robot`` times, scheme = row % 71),
+    #: labels drawn per row and its row split (sizes count rows; ``nuisance`` is not used)
+    render: str = "ours"
+    #: ``generator`` (made here) or ``concept_benchmark``: the installed reference package makes the
+    #: robots, labels, split and PNGs itself (needs ``render=reference``; cached after the first run)
+    source: str = "generator"
 
     def __post_init__(self) -> None:
         if self.name != "robot":
@@ -414,8 +427,20 @@ class RobotConfig:
                 _fail(f"RobotConfig.{name}", f"expected a mapping or {cls.__name__}, got {value!r}")
             setattr(self, name, value)
         self._check_concept_source()
+        self._check_render()
         if self.cue.kind != "none" and self.modality != "image":
             _fail("RobotConfig.cue.kind", f"a cue is drawn into images: needs modality=image, got {self.modality!r}")
+
+    @property
+    def catalogue_rows(self) -> int:
+        """``render=reference``: rows of 0.4.1's catalogue (7,680 robots x ``renders_per_robot``)."""
+        return int(math.prod(BODY_CARDINALITY.values())) * self.renders_per_robot
+
+    def _check_render(self) -> None:
+        """``render`` / ``source`` values, and what 0.4.1's catalogue and drawing allow."""
+        from synthetic.robot.reference.rows import check_config
+
+        check_config(self, _fail)
 
     def _check_concept_source(self) -> None:
         """CLIP annotation reads images and replaces every other annotation knob's work."""
@@ -480,9 +505,22 @@ class RobotConfig:
     # ---------------------------------------------------------------- helpers
     @property
     def split_sizes(self) -> dict[str, int]:
-        """Robots per split (``train``, ``val``, ``calib``, ``test``)."""
+        """Robots per split (``train``, ``val``, ``calib``, ``test``); with ``render=reference``
+        catalogue rows: ``n_train`` training rows and ``int(val_fraction * rest)`` validation rows
+        of the rows neither test nor training (0.4.1's sizes)."""
+        if self.render == "reference":
+            from synthetic.robot.reference.catalog import val_rows
+
+            n_val = val_rows(self.catalogue_rows, self.n_test, self.n_train, self.val_fraction)
+            return {"train": self.n_train, "val": n_val, "calib": self.n_calib, "test": self.n_test}
         n_val = int(round(self.n_train * self.val_fraction))
         return {"train": self.n_train - n_val, "val": n_val, "calib": self.n_calib, "test": self.n_test}
+
+    @property
+    def split_rows(self) -> dict[str, int]:
+        """Rows per split: robots x ``renders_per_robot`` (``render=reference``: the split sizes)."""
+        per = 1 if self.render == "reference" else self.renders_per_robot
+        return {name: n * per for name, n in self.split_sizes.items()}
 
     def footprint(self, storage: str = "memory") -> dict[str, Any]:
         """Lower bounds of the bytes the dataset takes (see :mod:`synthetic.resources`): the inputs
@@ -491,7 +529,7 @@ class RobotConfig:
         from synthetic.robot.attributes import TABULAR_NAMES
         from synthetic.robot.text import MAX_LEN
 
-        rows = (self.n_train + self.n_calib + self.n_test) * self.renders_per_robot
+        rows = sum(self.split_rows.values())
         image = self.modality == "image"
         x = {"image": self.image_size**2 * 3, "tabular": len(TABULAR_NAMES) * 4, "text": MAX_LEN * 8}[self.modality]
         on_disk = image and storage == "disk"
@@ -535,6 +573,12 @@ class RobotConfig:
             del out["concept_source"]
         if out["cue"]["kind"] == "none":
             del out["cue"]
+        if out["render"] == "ours":
+            del out["render"]
+        else:
+            del out["nuisance"]  # 0.4.1's robots have none
+        if out["source"] == "generator":
+            del out["source"]
         return out
 
     @classmethod

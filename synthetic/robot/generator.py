@@ -111,6 +111,27 @@ def _observed(cfg: RobotConfig, c: np.ndarray, split: int) -> np.ndarray:
     return (_rng(cfg, "missing", split).random(c.shape) >= prob).astype(np.uint8)
 
 
+def _label_noise(cfg: RobotConfig, y: np.ndarray, split: int) -> np.ndarray:
+    """``y`` with each label flipped with probability ``label_noise.p`` in the named splits."""
+    noise = cfg.label_noise
+    if noise.p > 0 and split in {SPLITS[name] for name in noise.splits}:
+        y = y ^ (_rng(cfg, "label_noise", split).random(len(y)) < noise.p).astype(np.int64)
+    return y
+
+
+def _reference_rows(cfg: RobotConfig) -> dict[str, tuple[np.ndarray, ...]]:
+    """``render=reference``: ``{split: (meta, y)}`` from 0.4.1's catalogue, labels and row split
+    (``source=concept_benchmark``: ``(meta, y, x)`` made by the reference package itself)."""
+    if cfg.source == "concept_benchmark":
+        from synthetic.robot.reference.oracle import reference_dataset
+
+        return reference_dataset(cfg)
+    from synthetic.robot.reference.rows import sample
+
+    return sample(cfg, lambda meta: glorp_probability(attribute_table(meta), cfg),
+                  lambda expr, meta: evaluate(expr, attribute_table(meta)).astype(bool))  # fmt: skip
+
+
 def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarray, np.ndarray]:
     """``meta [n*R, k]`` and ``y [n*R]`` of one split."""
     reps = cfg.renders_per_robot
@@ -121,10 +142,7 @@ def _sample_split(cfg: RobotConfig, n_robots: int, split: int) -> tuple[np.ndarr
     meta_robot[:, : len(BODY_NAMES)] = body
     p = glorp_probability(attribute_table(meta_robot), cfg)
     u = _rng(cfg, "label", split).random(n_robots)
-    y = (u < p if cfg.label.stochastic else p > 0.5).astype(np.int64)
-    noise = cfg.label_noise
-    if noise.p > 0 and split in {SPLITS[name] for name in noise.splits}:
-        y ^= (_rng(cfg, "label_noise", split).random(n_robots) < noise.p).astype(np.int64)
+    y = _label_noise(cfg, (u < p if cfg.label.stochastic else p > 0.5).astype(np.int64), split)
 
     n = n_robots * reps
     meta = np.repeat(meta_robot, reps, axis=0)
@@ -180,9 +198,17 @@ class ImageRows:
                 lo, hi = seg[0], seg[-1] + 1
                 x[lo:hi] = np.clip(np.rint(x[lo:hi] + noise), 0, 255).astype(np.uint8)
 
+    def _render(self, meta: np.ndarray) -> np.ndarray:
+        c = self.cfg
+        if c.render == "reference":
+            from synthetic.robot.reference.rows import images
+
+            return images(meta, c.image_size, blur=c.blur)
+        return render(meta, c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+
     def rows(self, a: int, b: int) -> np.ndarray:
         c = self.cfg
-        x = render(self.meta[a:b], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        x = self._render(self.meta[a:b])
         if self.cue is not None and c.cue.kind != "none":
             x = draw_cue(x, self.cue[a:b], c.cue)
         if c.pixel_noise > 0:
@@ -199,7 +225,7 @@ class ImageRows:
             raise ValueError("storage='render' cannot draw robots with pixel_noise > 0 row by row (the noise is a per-split stream): use 'disk'")
         c = self.cfg
         rows = np.asarray(rows, dtype=np.int64)
-        x = render(self.meta[rows], c.image_size, blur=c.blur, occlude=c.occlude, visibility=c.visibility)
+        x = self._render(self.meta[rows])
         return draw_cue(x, self.cue[rows], c.cue) if self.cue is not None and c.cue.kind != "none" else x
 
 
@@ -217,8 +243,12 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
 
     metas, ys, cs, cleans, c_trues, texts, observed, cues = [], [], [], [], [], [], [], []
     missing_on = cfg.concept_missing.mechanism != "none"
+    reference = _reference_rows(cfg) if cfg.render == "reference" else None
     for name, code in SPLITS.items():
-        meta, y = _sample_split(cfg, sizes[name], code)
+        if reference is None:
+            meta, y = _sample_split(cfg, sizes[name], code)
+        else:
+            meta, y = reference[name][0], _label_noise(cfg, reference[name][1], code)
         table = attribute_table(meta)
         c = chosen.evaluate(table)
         cleans.append(c.copy())
@@ -239,7 +269,7 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         if cfg.modality == "text":
             texts.append(text_mod.tokenize(meta, _rng(cfg, "text", code), shuffle=cfg.text_shuffle))
     meta = np.concatenate(metas)
-    split = split_codes({name: sizes[name] * cfg.renders_per_robot for name in SPLITS})
+    split = split_codes(cfg.split_rows)
 
     info: dict[str, Any] = {
         "generator": "robot",
@@ -258,7 +288,12 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
     cue = np.concatenate(cues) if cues else None
     if cue is not None:
         info["cue"] = {"kind": cfg.cue.kind, "correlation": cfg.cue.correlation, "says": "extra['cue']: 1 = Glorp"}
-    if cfg.modality == "image" and images is not None:
+    if cfg.render == "reference":
+        info["render"] = {"kind": "reference", "source": cfg.source, "rows_per_split": cfg.split_rows,
+                          "meta": "palette = 0.4.1 colour scheme (0..70), robot_id = catalogue row"}  # fmt: skip
+    if reference is not None and cfg.source == "concept_benchmark":
+        x = np.concatenate([reference[name][2] for name in SPLITS])
+    elif cfg.modality == "image" and images is not None:
         x = images(ImageRows(cfg, meta, split, cue), len(meta))
     elif cfg.modality == "image":
         x = ImageRows(cfg, meta, split, cue).rows(0, len(meta))
@@ -316,6 +351,8 @@ def load(cfg: RobotConfig | Mapping[str, Any], cache_dir: str | None = None, sto
     """
     if not isinstance(cfg, RobotConfig):
         cfg = RobotConfig.from_dict(cfg)
+    if cfg.source == "concept_benchmark" and storage != "memory":
+        raise ValueError(f"data.source=concept_benchmark keeps the reference's own images in memory: storage='{storage}' is not supported (use memory)")
     data = _load_generated(cfg, cache_dir, storage, chunk_rows)
     return apply_concept_source(data, cfg, cache_dir, cache_key(cfg))
 
