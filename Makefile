@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 TEST_SEED ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$((0x$$h)) || echo 1)
 RANDOM_ORDER = -p randomly -p no:cacheprovider --randomly-seed=$(TEST_SEED)
 
-.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
+.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-zoo gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
 
 setup: $(VENV)/.installed
 
@@ -64,6 +64,10 @@ bench: setup
 ## ARGS=--dry-run: any machine, every command line checked). Carry and run it: docs/guides/gpus.md.
 gpu-all:
 	bash benchmarks/gpu_all.sh $(ARGS)
+
+## The small zoo gpu-all repairs in 4-bit, trained here on the CPU (no GPU needed; ~9 MB): carry sweeps/gpu_zoo/models.
+gpu-zoo: setup
+	PY=$(PY) bash benchmarks/gpu_zoo.sh
 
 ## The GPU path on one CUDA GPU (tests, every architecture over seeds, intervene, automate): a few minutes.
 gpu-check:

@@ -7,7 +7,8 @@
 #              (trainer=gpu) -> cbm-intervene device=cuda with the learned policies (robot IntCEM) -> every
 #              architecture on Sudoku 50 px (small split, 4 epochs) -> cbm-automate device=cuda;
 #   lane QLoRA the tiny VLM -> cbm-finetune finetune=qlora (4-bit) -> cbm-vlm-zoo repair.quant=4bit (a small zoo:
-#              the shortcut member repaired by QLoRA, cue reliance before -> after);
+#              the shortcut member repaired by QLoRA, cue reliance before -> after; its models carried in
+#              ZOO_MODELS, default sweeps/gpu_zoo/models from `make gpu-zoo`: trained there they would not fit);
 #   alone      the default robot run (its time: target <= 10 s) -> benchmarks/qlora_gpu.py (tokens/s and peak
 #              memory, tiny and 1b, 4-bit and bf16 LoRA).
 # Every step has a time limit and none runs past the budget (BUDGET_S, 345 s; --quick: 170 s): a step that
@@ -51,8 +52,7 @@ SUDOKU_ARCHS=blackbox,cbm,cem,probcbm,ecbm,hybrid_cbm,scbm,intcem,dcr
 SUDOKU_JOBS=9
 SUDOKU_OVERRIDES=(data.n_train=1000 data.n_val=200 data.n_calib=500 data.n_test=500 trainer.max_epochs=4)
 FINETUNE=(data.n=16 train.epochs=2 eval.heatmaps=2)
-ZOO=("members={faithful: 0, shortcut: 1}" data.n_train=1000 data.n_test=200 edct_items=40 repair.pairs=200 bootstrap=200
-     train.threads=4)
+ZOO=("${ZOO_MODELS_CFG[@]}" edct_items=40 repair.pairs=200 bootstrap=200 train.threads=4)
 THROUGHPUT=(--sizes "tiny,1b" --quant "4bit,none" --batch-size "8,32" --steps 6 --warmup 2)
 if [ "$QUICK" = 1 ]; then
   THROUGHPUT=(--sizes 1b --quant "4bit,none" --batch-size 32 --steps 5 --warmup 2)

@@ -6,6 +6,7 @@
 #                       NF4, bf16 compute): evaluation before, training, evaluation after, table, heatmaps, adapter;
 #   vlm_zoo_repair Q    cbm-vlm-zoo repair.quant=Q on a small zoo: the counterfactual fine-tuning of the shortcut
 #                       member (Q=4bit: QLoRA; none: LoRA in full precision), cue reliance before/after, McNemar;
+#                       the zoo's models come from ZOO_MODELS when carried (benchmarks/gpu_zoo.sh: `make gpu-zoo`);
 #   vlm_throughput      benchmarks/qlora_gpu.py: tokens/s and peak memory, 4-bit and bf16 LoRA side by side.
 # Then one table (benchmarks/gpu_summary.py); the exit status is non-zero if any step failed.
 #
@@ -21,7 +22,12 @@ source benchmarks/gpu_lib.sh
 
 QLORA_CHECK_DIR=${QLORA_CHECK_DIR:-sweeps/qlora_check}
 FINETUNE=(data.n=24 train.epochs=3)
-ZOO=("members={faithful: 0, shortcut: 1}" data.n_train=4000 edct_items=100 repair.pairs=1000)
+# The zoo: what its models' stamps hold (members, data, model, training; benchmarks/gpu_zoo.sh trains the same
+# models on any machine, to carry as ZOO_MODELS) and what the run adds (EDCT items, repair pairs).
+ZOO_MODELS_CFG=("members={faithful: 0, shortcut: 1}" data.n_train=4000 data.n_test=200)
+ZOO=("${ZOO_MODELS_CFG[@]}" edct_items=100 repair.pairs=1000)
+# A folder of trained zoo models (base + members) to start from; a member whose stamp differs is retrained.
+ZOO_MODELS=${ZOO_MODELS:-sweeps/gpu_zoo/models}
 THROUGHPUT=(--sizes "tiny,1b" --quant "4bit,none" --batch-size "4,32")
 
 vlm_finetune_tests() {
@@ -37,10 +43,11 @@ vlm_qlora_finetune() {
     logger.wandb.enabled=false hydra.run.dir="$WORK/finetune" "${FINETUNE[@]}"
 }
 
-vlm_zoo_repair() {  # vlm_zoo_repair 4bit|none: the same zoo, trained once (the second run reuses its members)
-  local q=$1
-  if [ "$q" != 4bit ] && [ -d "$WORK/zoo_4bit/models" ] && [ ! -d "$WORK/zoo_$q/models" ]; then
-    mkdir -p "$WORK/zoo_$q" && cp -r "$WORK/zoo_4bit/models" "$WORK/zoo_$q/"
+vlm_zoo_repair() {  # vlm_zoo_repair 4bit|none: the same zoo, trained once (carried in ZOO_MODELS, or by the first run)
+  local q=$1 from=$ZOO_MODELS
+  [ -d "$WORK/zoo_4bit/models" ] && from=$WORK/zoo_4bit/models
+  if [ -d "$from" ] && [ ! -d "$WORK/zoo_$q/models" ]; then
+    mkdir -p "$WORK/zoo_$q" && cp -r "$from" "$WORK/zoo_$q/models"
   fi
   step "zoo-$q" 600 "$BIN/cbm-vlm-zoo" "${ZOO[@]}" repair.quant="$q" repair.device=cuda logger.wandb.enabled=false \
     output_dir="$WORK/zoo_$q"
