@@ -18,7 +18,7 @@ from loopback import chat_reply
 from omegaconf import OmegaConf
 from pytest_httpserver import HTTPServer
 
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
 from cbm.vlm.edct.config import EDCTConfig
 from cbm.vlm.edct.run import run
 

@@ -25,7 +25,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
 from cbm.models import build_model
 from synthetic.datamodule import SyntheticDataModule
 from synthetic.registry import data_config, data_info, load_data

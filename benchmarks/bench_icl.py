@@ -20,7 +20,7 @@ from loopback import chat_reply
 from omegaconf import OmegaConf
 from pytest_httpserver import HTTPServer
 
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
 from cbm.vlm.icl.config import ICLConfig
 from cbm.vlm.icl.judge import METRICS
 from cbm.vlm.icl.run import run

@@ -125,7 +125,7 @@ class SyntheticData:
 
     def save(self, path: str | Path) -> None:
         """Write an uncompressed ``.npz`` atomically (temp file + rename)."""
-        from synthetic.atomic import save_npz_atomic
+        from cbm.core.atomic import save_npz_atomic
 
         save_npz_atomic(path, self.to_arrays())
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from synthetic.atomic import ensure_dir, write_json_atomic
+from cbm.core.atomic import ensure_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ directory as an export, so a later export may replace it; any other non-empty di
 
 Rows are rendered, PNG-encoded and written a chunk of about ``chunk_mb`` MiB of arrays at a time
 (arrow record batches / parquet row groups of ``row_group_rows``), so peak memory is a few chunks
-plus the labels and attributes, whatever the size of the dataset or of its images. ``out`` is written atomically (:func:`~synthetic.atomic.atomic_dir`).
+plus the labels and attributes, whatever the size of the dataset or of its images. ``out`` is written atomically (:func:`~cbm.core.atomic.atomic_dir`).
 ``datasets`` is imported only here, on the export path.
 """
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from synthetic.atomic import atomic_dir
+from cbm.core.atomic import atomic_dir
 from synthetic.base import SPLITS, SyntheticData
 
 #: ``cbm-data export format=``: one ``.npz`` file, a ``save_to_disk`` directory, parquet files.
@@ -69,7 +69,7 @@ def check_out_dir(value: Any, fmt: str) -> Path:
     """``out`` of a directory format, checked before the data are made: a usable name (a trailing
     ``/`` is fine), not an existing file, and not a non-empty directory other than a previous
     export (which is replaced). ``ValueError`` with one line otherwise."""
-    from cbm.config.safe_paths import check_component, check_creatable, check_file_path
+    from cbm.core.safe_paths import check_component, check_creatable, check_file_path
 
     s = "" if value is None else str(value)
     if not s:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from cbm.config import ConfigError, to_dataclass
+from cbm.core.validation import ConfigError, to_dataclass
 from synthetic.base import SyntheticData
 from synthetic.cache import config_hash
 from synthetic.resources import check_footprint

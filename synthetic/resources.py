@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from cbm.config.safe_paths import existing_ancestor
+from cbm.core.safe_paths import existing_ancestor
 
 
 def human_bytes(n: float) -> str:

@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from cbm.experiments.common import CONF_DIR  # noqa: E402
+from cbm.core.common import CONF_DIR  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 

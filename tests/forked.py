@@ -1,5 +1,5 @@
 """Run a console script the way the tests need many times over: forked from a server that imported
-torch and Lightning once (:mod:`cbm.experiments.forkserver`), in its own process, without the
+torch and Lightning once (:mod:`cbm.core.forkserver`), in its own process, without the
 10-20 s of imports a fresh interpreter pays per command on a small CPU."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from cbm.experiments import forkserver
+from cbm.core import forkserver
 
 #: One fork server per test process and ``PYTHONPATH`` (see :func:`run_forked`), started at the first case.
 _servers: dict[str, forkserver.ForkServer] = {}

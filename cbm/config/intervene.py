@@ -8,13 +8,14 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from cbm.config.budgets import check_budgets
 from cbm.config.names import (
     DEVICES,
     SPLITS,
 )
-from cbm.config.paths import group_defaults, resolve_blackbox, resolve_checkpoint
 from cbm.config.train import LoggerConfig, follow_logger
-from cbm.config.validate import check_budgets, to_dataclass
+from cbm.core.paths import group_defaults, resolve_blackbox, resolve_checkpoint
+from cbm.core.validation import to_dataclass
 
 ENCODINGS = ("binary", "percentile", "binary_revealed")
 

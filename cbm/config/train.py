@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cbm.config.validate import check_budgets
+from cbm.config.budgets import check_budgets
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "64")
 #: More epochs than any run here could finish (a typo such as 1e23 is refused, not started).

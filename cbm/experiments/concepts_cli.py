@@ -20,9 +20,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbm.concurrency import stoppable
-from cbm.config import ConfigError, to_dataclass
-from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
+from cbm.core.common import CONF_DIR, clean_errors, dry_run, fail
+from cbm.core.concurrency import stoppable
+from cbm.core.validation import ConfigError, to_dataclass
 from cbm.vlm.concept_extraction import (
     ExtractionResult,
     example_images,
@@ -139,8 +139,8 @@ def report(result: ExtractionResult) -> str:
 def run(argv: list[str]) -> None:
     from hydra.errors import HydraException
 
-    from cbm.config.safe_paths import check_creatable
-    from cbm.experiments.cli import explain, group_options
+    from cbm.core.cli import explain, group_options
+    from cbm.core.safe_paths import check_creatable
     from cbm.vlm.client import ChatClient
     from cbm.vlm.config import ClientConfig
     from cbm.vlm.reply import ChatError

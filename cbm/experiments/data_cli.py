@@ -17,11 +17,11 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbm.concurrency import stoppable
-from cbm.config import to_dataclass
-from cbm.config.safe_paths import check_file_path
-from cbm.experiments.common import CONF_DIR, clean_errors, dry_run, fail
-from synthetic.atomic import save_npz_atomic, savefig_atomic
+from cbm.core.atomic import save_npz_atomic, savefig_atomic
+from cbm.core.common import CONF_DIR, clean_errors, dry_run, fail
+from cbm.core.concurrency import stoppable
+from cbm.core.safe_paths import check_file_path
+from cbm.core.validation import to_dataclass
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.export import DIR_FORMATS, FORMATS, check_out_dir, export_dataset, export_storage
 from synthetic.registry import data_config, load_data
@@ -141,7 +141,7 @@ examples:
 def run(argv: list[str]) -> None:
     from hydra.errors import HydraException
 
-    from cbm.experiments.cli import explain, group_options
+    from cbm.core.cli import explain, group_options
 
     if argv and argv[0] in ("-h", "--help", "help"):
         print(HELP.replace("DATASETS", ", ".join(group_options("data"))))

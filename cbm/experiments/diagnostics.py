@@ -26,11 +26,11 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from cbm.config.safe_paths import slugs
+from cbm.core.atomic import savefig_atomic, write_csv_atomic
+from cbm.core.safe_paths import slugs
 from cbm.experiments.figures import MARKERS, curve_with_band, hline_with_band
 from cbm.experiments.stats import summarise
 from cbm.experiments.tables import ARCH_ORDER, by_seed, flatten, k_label, read_json
-from synthetic.atomic import savefig_atomic, write_csv_atomic
 
 #: Percent scale of the figures (the CSVs keep fractions).
 PCT = 100.0

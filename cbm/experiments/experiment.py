@@ -25,17 +25,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.concurrency import Terminated, drain, stopped
-from cbm.config import ConfigError
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
-from cbm.config.safe_paths import check_creatable
-from cbm.experiments import forkserver, lifeline, runlock
-from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import DRY_RUN_ENV, say, write_json_atomic
-from cbm.experiments.forkserver import ForkServer
+from cbm.core import cells, forkserver, runlock
+from cbm.core.atomic import ensure_dir
+from cbm.core.cli import hydra_app
+from cbm.core.common import DRY_RUN_ENV, say, write_json_atomic
+from cbm.core.concurrency import Terminated, drain, stopped
+from cbm.core.forkserver import ForkServer
+from cbm.core.safe_paths import check_creatable
+from cbm.core.validation import ConfigError
 from cbm.experiments.plan import STAGES, Cell, plan, replaced
-from synthetic.atomic import ensure_dir
 
 #: Name of the experiment's manifest (cells, their status and wall times) in its directory.
 MANIFEST = "experiment.json"
@@ -44,8 +44,8 @@ MANIFEST = "experiment.json"
 def validate(cfg: DictConfig | dict) -> ExperimentConfig:
     """The typed experiment config, and every cell's config composed and validated by its own
     command's schema (each distinct one once), so a typo in a preset fails before any training."""
+    from cbm.core.cli import compose_plain, explain
     from cbm.experiments import automate, intervene, train
-    from cbm.experiments.cli import compose_plain, explain
 
     if "experiment" in cfg:  # a preset without '# @package _global_' lands under this key
         raise ConfigError("experiment: the preset was not merged into the config: a preset is a YAML mapping of "
@@ -110,8 +110,8 @@ def check_parts(job: DictConfig, overrides: list[str]) -> None:
     validated by its own schema: a value a later override replaces is still a value the preset gives,
     checked on its own (not against the rest of a cell it never reaches: a black box's
     ``checkpoint_monitor``)."""
-    from cbm.config import to_dataclass
     from cbm.config.train import TrainConfig
+    from cbm.core.validation import to_dataclass
     from cbm.models.registry import validate_model
     from synthetic.registry import data_config
 
@@ -159,7 +159,7 @@ def clear_leftovers(cell: Cell) -> None:
             p.unlink()
 
 
-def run_cell(cell: Cell, threads: int, root: Path, running: lifeline.Running | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, threads: int, root: Path, running: cells.Running | None = None) -> dict[str, Any]:
     """Run one cell to completion; its status, wall time and (on failure) the error line. The
     record names the cell's directory relative to the experiment's (the report reads it there)."""
     record: dict[str, Any] = {"key": cell.key, "stage": cell.stage, "setting": cell.setting, "model": cell.model,
@@ -180,7 +180,7 @@ def run_cell(cell: Cell, threads: int, root: Path, running: lifeline.Running | N
     write_json_atomic(cell.dir / "cell.json", {"fingerprint": cell.fingerprint(), "stage": cell.stage, "overrides": cell.overrides})
     env = {**os.environ, "CBM_NO_PRECHECK": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop(DRY_RUN_ENV, None)
-    running = running or lifeline.Running()
+    running = running or cells.Running()
     start = time.perf_counter()
     proc = running.start(cmd, cell.dir / "output.txt", env)
     if proc is None:
@@ -216,13 +216,13 @@ def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, A
     interruption (Ctrl-C) kills the running cells and starts no more."""
     server = start_server(launcher, cells)  # here, in the main thread, which outlives every cell
     try:
-        _execute(cells, jobs, root, log, save, lifeline.Running(server))
+        _execute(cells, jobs, root, log, save, cells.Running(server))
     finally:
         if server is not None:
             server.close()
 
 
-def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, running: lifeline.Running) -> None:
+def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, running: cells.Running) -> None:
     threads = cell_threads(jobs)
     total = len(cells)
     done = 0

@@ -11,9 +11,9 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from cbm.core.atomic import savefig_atomic
 from cbm.experiments.stats import summarise
 from cbm.experiments.tables import ARCH_ORDER, k_label
-from synthetic.atomic import savefig_atomic
 
 MARKERS = "osD^v<>ph*"
 

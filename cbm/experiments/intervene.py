@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.config import ConfigError
 from cbm.config.intervene import InterveneConfig
 from cbm.config.intervene import validate as validate_schema
-from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import resolve_device, say
+from cbm.core.cli import hydra_app
+from cbm.core.common import say
+from cbm.core.validation import ConfigError
 from cbm.tracking import wandb_run
+from cbm.training.device import resolve_device
 
 if TYPE_CHECKING:  # heavy (torch) modules load only once the config is valid
 

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cbm.concurrency import stoppable
-from cbm.config.safe_paths import slugs
-from cbm.experiments.common import (
+from cbm.core.atomic import ensure_dir, write_csv_atomic
+from cbm.core.common import (
     dry_run,
     fail,
     markdown_table,
@@ -30,6 +29,8 @@ from cbm.experiments.common import (
     write_json_atomic,
     write_text_atomic,
 )
+from cbm.core.concurrency import stoppable
+from cbm.core.safe_paths import slugs
 from cbm.experiments.tables import (
     ARCH_ORDER,
     automation_rows,
@@ -41,7 +42,6 @@ from cbm.experiments.tables import (
     run_config,
     training_rows,
 )
-from synthetic.atomic import ensure_dir, write_csv_atomic
 
 if TYPE_CHECKING:  # matplotlib loads only when a report draws
     from cbm.experiments.diagnostics import Diagnostic

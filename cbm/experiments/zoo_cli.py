@@ -15,8 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from cbm.experiments.cli import hydra_app, typed_app_config
-from cbm.experiments.common import say
+from cbm.core.cli import hydra_app, typed_app_config
+from cbm.core.common import say
 from cbm.tracking import wandb_run
 from cbm.vlm.zoo.config import ZooConfig
 

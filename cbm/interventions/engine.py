@@ -32,11 +32,11 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from cbm.core.atomic import write_csv_atomic, write_json_atomic
+from cbm.core.tables import markdown_table
 from cbm.interventions.encodings import encode_values
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
-from synthetic.atomic import write_csv_atomic, write_json_atomic
-from synthetic.tables import markdown_table
 
 #: Columns of ``results.csv`` (and the keys of each row).
 COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]

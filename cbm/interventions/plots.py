@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from synthetic.atomic import savefig_atomic
+from cbm.core.atomic import savefig_atomic
 
 
 def plot_accuracy_vs_k(grid: Any, path: str | Path, blackbox_accuracy: float | None = None, title: str | None = None) -> Path:

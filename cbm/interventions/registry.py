@@ -7,7 +7,7 @@ in ``_target_``; the class carries a typed ``Config`` dataclass and builds itsel
 ``from_config(cfg, ctx)``. Component modules import torch lazily, so a whole command line is
 validated before torch is imported. A ``_target_`` is code (as with Hydra): it is imported, then
 checked to be a component class of the expected kind before its ``Config`` or ``from_config``
-is called (:func:`cbm.config.targets.resolve`); a function (``os.system``) or another class is
+is called (:func:`cbm.core.targets.resolve`); a function (``os.system``) or another class is
 one line, never called.
 
 >>> names("policy")
@@ -25,10 +25,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cbm.config.paths import CONF_DIR
-from cbm.config.safe_paths import check_component
-from cbm.config.targets import resolve
-from cbm.config.validate import ConfigError, to_dataclass
+from cbm.core.paths import CONF_DIR
+from cbm.core.safe_paths import check_component
+from cbm.core.targets import resolve
+from cbm.core.validation import ConfigError, to_dataclass
 
 KINDS = ("policy", "intervener")
 
@@ -94,7 +94,7 @@ def _is_component(cls: type) -> bool:
 
 def component_class(kind: str, name: str, target: str | None = None) -> type:
     """The class named by the component's ``_target_`` (``package.module.Class``), imported and
-    checked before anything calls it (:func:`cbm.config.targets.resolve`): a class with the kind's
+    checked before anything calls it (:func:`cbm.core.targets.resolve`): a class with the kind's
     method (``select`` / ``__call__``), a ``Config`` dataclass and a ``from_config`` classmethod;
     anything else (a function such as ``os.system``, another class) is one line."""
     _check_kind(kind)

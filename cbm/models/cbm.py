@@ -17,7 +17,7 @@ import logging
 import torch
 from torch import Tensor, nn
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models.base import Batch, ConceptModel, build_head
 from cbm.models.head_fit import fit_head, fit_signed_head, project_signs
 from cbm.models.hooks import PairBlock, additive_pair_bytes, additive_pair_logits, first_linear

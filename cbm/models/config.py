@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cbm.config.safe_paths import check_component
+from cbm.core.safe_paths import check_component
 
 BACKBONES = ("auto", "cnn", "plain_cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")

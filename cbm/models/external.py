@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models.base import ConceptModel, prob_to_logit
 from cbm.models.state import ConceptState
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synthetic.atomic import savefig_atomic
+from cbm.core.atomic import savefig_atomic
 
 
 def plot_risk_coverage(

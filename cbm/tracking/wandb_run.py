@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from synthetic.atomic import write_json_atomic
+from cbm.core.atomic import write_json_atomic
 
 #: The run directory's record of its W&B run.
 RUN_FILE = "wandb.json"
@@ -262,8 +262,8 @@ def check_api_key(wb: Any, where: str = "logger.wandb") -> None:
 def exit_code_for(err: BaseException | None) -> int:
     """The process exit code an error leads to: 0 none, 2 bad input, 130 Ctrl-C, 143 SIGTERM, 1
     anything else."""
-    from cbm.concurrency import Terminated, stop_code
-    from cbm.experiments.common import USER_ERRORS
+    from cbm.core.common import USER_ERRORS
+    from cbm.core.concurrency import Terminated, stop_code
 
     if err is None:
         return 0
@@ -329,7 +329,7 @@ def finishing() -> Iterator[None]:
 
 def plain_config(cfg: Any) -> dict[str, Any]:
     """A dataclass / mapping config as plain JSON values (paths and other objects as text)."""
-    from cbm.config.validate import as_dict
+    from cbm.core.validation import as_dict
 
     return json.loads(json.dumps(as_dict(cfg), default=str))
 
@@ -361,7 +361,7 @@ def log_finetune_results(run: Any, result: Mapping[str, Any], out: Path, log_mod
 
 def training_dir(checkpoint: str | Path) -> Path:
     """The cbm-train run directory of a run directory or of one of its ``.ckpt`` files."""
-    from cbm.config.paths import resolve_checkpoint
+    from cbm.core.paths import resolve_checkpoint
 
     ckpt = resolve_checkpoint(checkpoint)
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
@@ -413,8 +413,8 @@ def log_automation_results(run: Any, report: Mapping[str, Any], columns: Sequenc
 def start_command_run(logger: Mapping[str, Any] | None, *, job_type: str, name: str, out_dir: str | Path, config: Any, command: str) -> Any:
     """The W&B run of a command whose config holds ``logger`` as a mapping (cbm-edct, cbm-icl):
     ``None`` when ``logger.wandb`` is absent (a config built in code), disabled or off."""
-    from cbm.config import to_dataclass
     from cbm.config.train import LoggerConfig
+    from cbm.core.validation import to_dataclass
 
     if not (logger or {}).get("wandb"):
         return None

@@ -9,9 +9,9 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from cbm.config.paths import resolve_checkpoint
+from cbm.core.atomic import atomic_write
+from cbm.core.paths import resolve_checkpoint
 from cbm.models import ConceptModel, model_class
-from synthetic.atomic import atomic_write
 from synthetic.datamodule import SyntheticDataModule
 from synthetic.registry import data_config, data_info, load_data
 

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import CHECKPOINT_MONITORS, TrainConfig
-from cbm.progress import progress_bar_wanted
+from cbm.core.progress import progress_bar_wanted
 from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
 

@@ -1,6 +1,6 @@
 """A disk cache of chat replies keyed by (endpoint, model, messages, params): a rerun of a sweep costs no
 requests, and an interrupted run resumes where it stopped (every reply is on disk the moment it
-arrives). Entries are JSON files written atomically (``synthetic.atomic``), sharded by the first
+arrives). Entries are JSON files written atomically (``cbm.core.atomic``), sharded by the first
 two hex digits of the key, each sealed with its digest (:mod:`cbm.vlm.sealed`): an entry that is
 unreadable, edited since it was written, or not of the shape its reader needs (a reply, a list of
 finite scores) is a miss, logged once as a warning, and is overwritten by the next reply.
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cbm.core.atomic import write_json_atomic
+from cbm.core.validation import conforms
 from cbm.vlm.reply import Reply
 from cbm.vlm.sealed import read_json, seal, unseal
-from cbm.vlm.typed import conforms
-from synthetic.atomic import write_json_atomic
 
 log = logging.getLogger("cbm.vlm")
 

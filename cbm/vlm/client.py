@@ -21,9 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from cbm.concurrency import drain
-from cbm.config.targets import MARK_ATTR, mark
-from cbm.progress import progress_bar_wanted
+from cbm.core.concurrency import drain
+from cbm.core.progress import progress_bar_wanted
+from cbm.core.targets import MARK_ATTR, mark
 from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.endpoint import normalise
@@ -181,7 +181,7 @@ class ChatClient:
 
 
 F = TypeVar("F")
-#: The kind :func:`client_factory` marks (:func:`cbm.config.targets.mark`).
+#: The kind :func:`client_factory` marks (:func:`cbm.core.targets.mark`).
 FACTORY_KIND = "client_factory"
 #: The attribute :func:`client_factory` sets: the ``llm`` intervener calls a user-named callable only if it carries it.
 FACTORY_MARK = MARK_ATTR.format(FACTORY_KIND)

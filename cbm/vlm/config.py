@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cbm.config.safe_paths import check_creatable
+from cbm.core.safe_paths import check_creatable
+from cbm.core.validation import check_fields
 from cbm.vlm.endpoint import CREDENTIAL_HEADERS, check_endpoint, effective_base_url, parse_base_url
-from cbm.vlm.typed import check_fields
 
 BACKENDS = ("openai", "local")
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")

@@ -3,7 +3,7 @@ EDCT item records), so an edit made between two runs is noticed instead of trust
 
 A sealed file is the JSON object plus one more key, :data:`DIGEST_KEY`, the sha256 of the
 object's canonical JSON (sorted keys, no spaces, numpy scalars as floats: the form
-``synthetic.atomic.write_json_atomic`` writes). The digest is not a signature: it catches
+``cbm.core.atomic.write_json_atomic`` writes). The digest is not a signature: it catches
 changes, not a forger who recomputes it, so every reader also validates the structure.
 
 A record also says what produced it (:func:`client_identity`: the endpoint, model and sampling

@@ -39,7 +39,7 @@ import cv2
 import numpy as np
 from skimage.metrics import structural_similarity
 
-from cbm.config.targets import MARK_ATTR, mark, resolve
+from cbm.core.targets import MARK_ATTR, mark, resolve
 from cbm.vlm.messages import to_pil
 
 F = TypeVar("F")
@@ -203,7 +203,7 @@ class Segmenter(abc.ABC):
         ...
 
 
-#: The kind :func:`segmenter_factory` marks (:func:`cbm.config.targets.mark`).
+#: The kind :func:`segmenter_factory` marks (:func:`cbm.core.targets.mark`).
 FACTORY_KIND = "segmenter_factory"
 #: The attribute :func:`segmenter_factory` sets on a function (or class) that builds a :class:`Segmenter`.
 FACTORY_MARK = MARK_ATTR.format(FACTORY_KIND)
@@ -216,7 +216,7 @@ SEGMENTER_NEED = "a Segmenter class or a factory marked @cbm.vlm.verify.segmente
 
 def resolve_segmenter(target: Any) -> Callable[..., Segmenter]:
     """The class or marked factory a ``segmenter.target`` (``"module:name"``) names, imported and
-    checked but not called (:func:`cbm.config.targets.resolve`): a concrete subclass of
+    checked but not called (:func:`cbm.core.targets.resolve`): a concrete subclass of
     :class:`Segmenter`, or a function / class marked by :func:`segmenter_factory`. Anything else
     (``os:system``, ``builtins:eval``, a module, a class with a ``mask`` method that does not
     derive from :class:`Segmenter`) is one ``ValueError`` line and is never called."""

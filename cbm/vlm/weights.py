@@ -16,8 +16,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from cbm.core.atomic import write_json_atomic
 from cbm.vlm.sealed import canonical, read_json, seal, unseal
-from synthetic.atomic import write_json_atomic
 
 #: Bump when what the fingerprint covers changes.
 FINGERPRINT_VERSION = 1

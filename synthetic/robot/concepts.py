@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from cbm.config.safe_paths import check_component
+from cbm.core.safe_paths import check_component
 from synthetic.robot.attributes import EXPRESSION_NAMES
 
 CONCEPT_SET_DIR = Path(__file__).parent / "concept_sets"

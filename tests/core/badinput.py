@@ -22,7 +22,7 @@ import pytest
 import torch
 from forked import run_forked
 
-from cbm.experiments import forkserver
+from cbm.core import forkserver
 
 SLOW = pytest.mark.slow
 #: Tiny tabular robots, shared by the fixture runs (every data read hits the cache).

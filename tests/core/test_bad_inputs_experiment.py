@@ -197,7 +197,7 @@ def fx(tmp_path_factory):
     process until the module ends."""
     import textwrap
 
-    from cbm.experiments.cli import compose_plain
+    from cbm.core.cli import compose_plain
 
     root = tmp_path_factory.mktemp("bad-experiment")
     conf = root / "conf" / "experiment"
@@ -240,6 +240,6 @@ def test_a_free_lock_file_is_no_refusal(fx, tmp_path):
     out = Path(tmp_path) / "exp"
     out.mkdir()
     (out / ".lock").write_text('{"pid": 1, "host": "elsewhere", "started": "then", "command": "cbm-experiment"}')
-    from cbm.experiments import runlock
+    from cbm.core import runlock
 
     assert runlock.holder(out) is None

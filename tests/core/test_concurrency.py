@@ -1,4 +1,4 @@
-"""``cbm.concurrency``: results as they finish, errors raised, and a Ctrl-C or SIGTERM that stops at once
+"""``cbm.core.concurrency``: results as they finish, errors raised, and a Ctrl-C or SIGTERM that stops at once
 and starts nothing more, even when the kernel hands the signal to a worker thread and the process
 inherited SIGINT ignored (each signal test runs in a process it owns: :mod:`signaltest`)."""
 
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from signaltest import run_snippet
 
-from cbm.concurrency import EXIT_INTERRUPTED, EXIT_TERMINATED, POLL_S, drain, stop_signals
+from cbm.core.concurrency import EXIT_INTERRUPTED, EXIT_TERMINATED, POLL_S, drain, stop_signals
 
 #: The most a Ctrl-C may take to stop the command (the issue's "within a second"), and the margin it
 #: keeps over the poll interval for a loaded machine's scheduling.
@@ -34,7 +34,7 @@ def test_every_result_reaches_on_done_and_a_task_error_is_raised():
 WORKER_SIGINT = """
     import json, signal, threading, time
     from concurrent.futures import ThreadPoolExecutor
-    import cbm.concurrency as cc
+    import cbm.core.concurrency as cc
 
     waiting, release, sent, started = threading.Event(), threading.Event(), [], []
     real_wait = cc.wait
@@ -77,7 +77,7 @@ def test_a_ctrl_c_on_a_worker_thread_stops_the_pool_within_a_second_and_starts_n
 def test_stop_signals_takes_both_signals_whatever_was_inherited_and_gives_them_back():
     res = run_snippet("""
         import signal
-        from cbm.concurrency import Terminated, stop_signals
+        from cbm.core.concurrency import Terminated, stop_signals
         def state():
             blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
             return signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM), blocked
@@ -102,7 +102,7 @@ def test_stop_signals_takes_both_signals_whatever_was_inherited_and_gives_them_b
 def test_a_stoppable_command_says_what_stopped_it_in_one_line_and_exits_128_plus_the_signal(sig, code, line):
     res = run_snippet(f"""
         import os, signal
-        from cbm.concurrency import stoppable
+        from cbm.core.concurrency import stoppable
         @stoppable("cbm-x")
         def main():
             os.kill(os.getpid(), signal.{sig})  # handled before kill() returns to Python

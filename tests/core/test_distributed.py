@@ -12,8 +12,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from cbm.config import ConfigError
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
+from cbm.core.validation import ConfigError
 from synthetic.datamodule import BatchPlan
 
 SMALL = [

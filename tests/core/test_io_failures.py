@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cbm.experiments import forkserver
-from synthetic import atomic
-from synthetic.atomic import WriteError, atomic_dir, atomic_write, clean_orphans, temp_path
+from cbm.core import atomic, forkserver
+from cbm.core.atomic import WriteError, atomic_dir, atomic_write, clean_orphans, temp_path
 
 SMALL = ["data.modality=tabular", "data.n_train=300", "data.n_calib=100", "data.n_test=100"]
 
@@ -72,8 +71,8 @@ def kill_inside_atomic_dir(path: Path, text: str, at: str) -> None:
     code = f"""
 import os, sys
 from pathlib import Path
-from cbm.experiments import forkserver
-from synthetic import atomic
+from cbm.core import forkserver
+from cbm.core import atomic
 if {at!r} == "aside":
     atomic._renameat2 = lambda: None
     real = os.replace

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from forked import run_forked
 
-from cbm.experiments import forkserver
+from cbm.core import forkserver
 
 #: CEM on tabular robots: RandInt draws random masks every step, so the RNG state matters.
 ARGS = [

@@ -1,4 +1,4 @@
-"""Names that become paths (``cbm.config.safe_paths``): the checker, the slug, the containment
+"""Names that become paths (``cbm.core.safe_paths``): the checker, the slug, the containment
 guard, and every path-forming name of the code base tried with hostile values.
 
 A *setting* (experiment / setting / model names, ICL model and dataset names, Hydra's job name,
@@ -23,7 +23,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from cbm.config.safe_paths import (
+from cbm.core.safe_paths import (
     MAX_NAME_BYTES,
     SLUG_MAX_BYTES,
     check_component,
@@ -150,7 +150,7 @@ def _icl(run: Path, models: dict | None = None, datasets: dict | None = None) ->
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from cbm.experiments.cli import compose_plain
+    from cbm.core.cli import compose_plain
     from cbm.vlm.icl.config import ICLConfig
 
     cfg = compose_plain("icl", [f"output_dir={run}"])
@@ -191,7 +191,7 @@ def test_run_and_sweep_directories_go_anywhere_but_have_no_control_characters():
 
 
 def test_check_creatable_names_the_file_in_the_way_or_the_read_only_folder(tmp_path):
-    from cbm.config.safe_paths import check_creatable, existing_ancestor
+    from cbm.core.safe_paths import check_creatable, existing_ancestor
 
     (tmp_path / "a_file").write_text("x")
     assert existing_ancestor(tmp_path / "new" / "deeper") == tmp_path
@@ -393,7 +393,7 @@ def test_cbm_data_out_is_a_file_path_checked_before_the_data_is_made(tmp_path, c
 def test_explicit_run_directories_and_plain_names_are_allowed(tmp_path, override):
     """A run or sweep directory is a path the user chose: anywhere is fine (as is a relative
     ``.hydra`` subfolder); only names that would leave it are refused."""
-    from cbm.experiments.cli import precheck
+    from cbm.core.cli import precheck
     from cbm.experiments.train import validate
 
     before = tree(tmp_path)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from cbm.config import ConfigError, to_dataclass
+from cbm.core.validation import ConfigError, to_dataclass
 from cbm.models.state import ConceptState
 
 

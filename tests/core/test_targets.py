@@ -1,4 +1,4 @@
-"""``cbm.config.targets``: a user-named target is imported and checked, never called, unless it is
+"""``cbm.core.targets``: a user-named target is imported and checked, never called, unless it is
 a class of the expected kind or carries the kind's mark (one rule for the ``llm`` client, the EDCT
 segmenter, the registry's ``_target_`` and torchvision dataset names)."""
 
@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from cbm.config.targets import accepts, is_marked, mark, resolve
+from cbm.core.targets import accepts, is_marked, mark, resolve
 
 MODULE = '''
 import abc
 
-from cbm.config.targets import mark
+from cbm.core.targets import mark
 
 CALLS = []
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from forked import run_forked
 
-from cbm.experiments import forkserver
+from cbm.core import forkserver
 from cbm.tracking.offline import OfflineRun, read_run, runs_under
 from cbm.tracking.wandb_run import distinct_name
 

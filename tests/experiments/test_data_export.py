@@ -15,7 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
 from cbm.experiments.data_cli import run
 from synthetic import export as export_mod
 from synthetic.base import SPLITS, SyntheticData

@@ -17,9 +17,9 @@ import pytest
 from handshake import alive, wait_exit, wait_for
 from signaltest import hostile_argv
 
-from cbm.experiments import lifeline, runlock
-from cbm.experiments.common import remove_if_unused
-from cbm.experiments.overrides import quote_items, split_argv, with_search_path
+from cbm.core import cells, lifeline, runlock
+from cbm.core.common import remove_if_unused
+from cbm.core.overrides import quote_items, split_argv, with_search_path
 
 BIN = Path(sys.executable).parent
 #: Long enough that the cell is still running while a test kills, interrupts or races it: a forked
@@ -178,7 +178,7 @@ def test_a_lock_file_removed_while_waiting_for_it_is_taken_anew(tmp_path, monkey
 def test_a_failed_run_directory_is_removed_under_its_lock(tmp_path, monkeypatch):
     """No command can take the lock of a directory while remove_if_unused deletes it (it holds the
     lock until the lock file is gone); a directory in use, or with work in it, stays."""
-    from cbm.experiments import common
+    from cbm.core import common
 
     run = tmp_path / "outputs" / "run"
     (run / ".hydra").mkdir(parents=True)
@@ -226,11 +226,11 @@ def test_windows_unlocks_the_byte_it_locked(tmp_path, monkeypatch):
 
 def test_a_cell_dies_with_its_parent(tmp_path, spawned):
     """``kill -9`` of the parent: the kernel kills the cell (PR_SET_PDEATHSIG), no orphan remains."""
-    child = "from cbm.experiments.lifeline import die_with_parent; import threading; die_with_parent(); print('armed', flush=True); threading.Event().wait()"
+    child = "from cbm.core.lifeline import die_with_parent; import threading; die_with_parent(); print('armed', flush=True); threading.Event().wait()"
     parent = textwrap.dedent(f"""
         import sys, threading
         from pathlib import Path
-        from cbm.experiments import lifeline
+        from cbm.core import lifeline
         proc = lifeline.start([sys.executable, "-c", {child!r}], Path({str(tmp_path / 'out.txt')!r}), dict(__import__("os").environ))
         print(proc.pid, flush=True)
         threading.Event().wait()  # alive until the test kills it
@@ -248,11 +248,11 @@ def test_a_cell_dies_with_its_parent(tmp_path, spawned):
 def test_what_a_cell_starts_runs_normally_and_dies_with_the_cell(tmp_path, spawned):
     """A process the cell starts (DDP's other ranks, any cbm command) inherits CBM_PARENT_PID: it
     names the cell, so the process runs (it is no orphan) and is bound to the cell."""
-    grandchild = ("import os, sys; from cbm.experiments.lifeline import die_with_parent, PARENT_ENV; die_with_parent(); "
+    grandchild = ("import os, sys; from cbm.core.lifeline import die_with_parent, PARENT_ENV; die_with_parent(); "
                   "print('grandchild ran', os.environ[PARENT_ENV] == str(os.getpid()), flush=True)")  # fmt: skip
     cell = textwrap.dedent(f"""
         import os, subprocess, sys
-        from cbm.experiments.lifeline import die_with_parent, PARENT_ENV
+        from cbm.core.lifeline import die_with_parent, PARENT_ENV
         die_with_parent()
         assert os.environ[PARENT_ENV] == str(os.getpid())
         res = subprocess.run([sys.executable, "-c", {grandchild!r}], capture_output=True, text=True)
@@ -268,7 +268,7 @@ def test_a_stale_parent_variable_is_one_line_and_a_failure(tmp_path):
     """A shell that kept CBM_PARENT_PID of a finished experiment: the command says why it stops."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    code = "from cbm.experiments.lifeline import die_with_parent; die_with_parent(); print('ran')"
+    code = "from cbm.core.lifeline import die_with_parent; die_with_parent(); print('ran')"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, lifeline.PARENT_ENV: str(dead.pid)})  # fmt: skip
     assert res.returncode != 0 and res.stdout == ""
@@ -277,7 +277,7 @@ def test_a_stale_parent_variable_is_one_line_and_a_failure(tmp_path):
 
 def test_stop_kills_the_cell_group(tmp_path):
     proc = lifeline.start([sys.executable, "-c", "import threading; threading.Event().wait()"], tmp_path / "out.txt", dict(os.environ))
-    lifeline.stop(proc)
+    cells.stop(proc)
     assert proc.returncode == -signal.SIGKILL and not alive(proc.pid)
 
 
@@ -399,7 +399,7 @@ def test_a_busy_run_directory_is_refused_before_hydra_writes_into_it(tmp_path, h
 def test_the_busy_check_before_hydra_lets_other_ranks_in(tmp_path, monkeypatch):
     """A cell's relaunch under DDP (LOCAL_RANK=1, rank zero's hydra.run.dir) is no refusal; a
     command Hydra answers without a job (--cfg) writes nothing and is not checked."""
-    from cbm.experiments.cli import check_not_busy
+    from cbm.core.cli import check_not_busy
 
     run = tmp_path / "7"
     run.mkdir()
@@ -446,8 +446,9 @@ def test_ctrl_c_stops_the_running_cell_with_one_line(tmp_path, preset, shared_ca
 WORKER_SIGINT = """
     import json, signal, sys, threading, time
     from types import SimpleNamespace
-    import cbm.concurrency as cc
-    from cbm.experiments import experiment, lifeline
+    import cbm.core.concurrency as cc
+    from cbm.core import cells
+    from cbm.experiments import experiment
 
     waiting, stopped, sent = threading.Event(), threading.Event(), []
     real_wait = cc.wait
@@ -458,7 +459,7 @@ WORKER_SIGINT = """
 
     cc.wait = wait
 
-    class Running(lifeline.Running):
+    class Running(cells.Running):
         def stop_all(self):
             stopped.set()
             self.stopped_at = time.monotonic()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from handshake import alive, wait_exit, wait_for
 
-from cbm.experiments import forkserver
+from cbm.core import forkserver
 
 pytestmark = pytest.mark.skipif(not forkserver.available(), reason="fork server: Linux only")
 
@@ -26,7 +26,7 @@ CELL = textwrap.dedent("""\
     print("session", os.getsid(0) == os.getpid(), "stdin", sys.stdin.read() == "")
     how = sys.argv[1]
     if how == "sleep":
-        from cbm.experiments import lifeline
+        from cbm.core import lifeline
         lifeline.die_with_parent()
         print("sleeping", flush=True)
         threading.Event().wait()  # alive until killed

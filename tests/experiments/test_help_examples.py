@@ -21,8 +21,8 @@ import pytest
 from forked import run_forked
 from omegaconf import OmegaConf
 
-from cbm.experiments import forkserver
-from cbm.experiments.cli import compose_plain
+from cbm.core import forkserver
+from cbm.core.cli import compose_plain
 
 PROGS = ["cbm-train", "cbm-intervene", "cbm-automate", "cbm-experiment", "cbm-edct", "cbm-finetune", "cbm-icl",
          "cbm-concepts", "cbm-data", "cbm-report", "cbm-vlm-zoo"]  # fmt: skip

@@ -17,8 +17,8 @@ APPS = ("train", "intervene", "automate", "zoo", "finetune", "edct", "icl")
 FROZEN = textwrap.dedent("""
     import json, sys
     from datetime import datetime
-    from cbm.experiments import common
-    from cbm.experiments.cli import compose_plain
+    from cbm.core import common
+    from cbm.core.cli import compose_plain
 
     class Frozen(datetime):
         @classmethod
@@ -53,8 +53,8 @@ def test_two_commands_started_in_the_same_second_get_different_default_run_dirs(
 
 def test_one_process_keeps_one_stamp():
     """The precheck composes the config, then Hydra composes it again: both must name one directory."""
-    from cbm.experiments.cli import compose_plain
-    from cbm.experiments.common import run_stamp
+    from cbm.core.cli import compose_plain
+    from cbm.core.common import run_stamp
 
     first, again = (str(compose_plain("train", []).hydra.run.dir) for _ in range(2))
     assert first == again and first.endswith(run_stamp()) and run_stamp().endswith(f"-{os.getpid()}")
@@ -77,7 +77,7 @@ def test_output_dir_is_the_run_dir_and_nothing_lands_under_outputs(tmp_path):
 
 
 def test_the_run_dir_follows_output_dir_only_where_it_is_the_run_dir():
-    from cbm.experiments.overrides import RUN_DIR_OUTPUT, run_dir_follows_output_dir
+    from cbm.core.overrides import RUN_DIR_OUTPUT, run_dir_follows_output_dir
 
     assert run_dir_follows_output_dir(["seed=1", "output_dir=/x/y"], RUN_DIR_OUTPUT) == ["seed=1", "output_dir=/x/y", "hydra.run.dir=/x/y"]
     assert run_dir_follows_output_dir(["output_dir=/x", "hydra.run.dir=/z"], RUN_DIR_OUTPUT) == ["output_dir=/x", "hydra.run.dir=/z"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cbm.config.intervene import EncodingConfig
-from cbm.config.validate import ConfigError, to_dataclass
+from cbm.core.validation import ConfigError, to_dataclass
 from cbm.interventions.encodings import encode_values, fit_levels
 from cbm.interventions.engine import run_grid
 from cbm.interventions.interveners.oracle import OracleIntervener

@@ -13,8 +13,8 @@ robot = pytest.importorskip("synthetic.robot")
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+from cbm.core.common import CONF_DIR, clean_errors  # noqa: E402
 from cbm.experiments import intervene  # noqa: E402
-from cbm.experiments.common import CONF_DIR, clean_errors  # noqa: E402
 
 SMALL = {"name": "robot", "modality": "tabular", "n_train": 200, "n_calib": 0, "n_test": 300}
 
@@ -23,7 +23,7 @@ def make_checkpoint(path: Path, cache: Path, model: str = "cbm", **data) -> Path
     """An untrained model saved in cbm-train's checkpoint format (no training: fast)."""
     import lightning as L
 
-    from cbm.config.validate import as_dict
+    from cbm.core.validation import as_dict
     from cbm.models import build_model
     from synthetic.registry import data_config, data_info, load_data
 

@@ -10,7 +10,7 @@ import torch
 from intervention_toys import ToyModel
 from torch import nn
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.interventions import registry
 from cbm.interventions.policies.coop import CooPPolicy, expected_change
 from cbm.interventions.policies.global_order import GlobalOrderPolicy

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cbm.config.validate import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.interventions import registry
 
 COMPONENTS = '''

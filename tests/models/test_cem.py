@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models import build_model
 from cbm.models.cem import CEM
 

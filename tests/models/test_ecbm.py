@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models import build_model
 from cbm.models.ecbm import ECBM
 

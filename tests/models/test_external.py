@@ -10,7 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from test_contract import CLASSES, NAMES, TABULAR, fit, make, robot_rule_data
 from torch import nn
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.interventions import OracleIntervener, RandomPolicy
 from cbm.interventions.engine import run_grid
 from cbm.interventions.policies.uncertainty import UncertaintyPolicy

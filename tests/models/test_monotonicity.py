@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models import build_model
 from cbm.models.head_fit import fit_head, fit_signed_head, margin_weights, project_signs
 from synthetic.datamodule import SyntheticDataModule

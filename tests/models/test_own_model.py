@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models import BUILTIN_TARGETS, build_model, model_class, validate_model
 
 #: The user's package: a CBM whose head reads the concept logits divided by a temperature (its own
@@ -84,8 +84,8 @@ def test_a_user_class_validates_builds_and_refuses_what_is_not_a_model(user_dir,
     with pytest.raises(ConfigError, match=r"model._target_: cannot import 'mymodels.nope.X' \(ModuleNotFoundError"):
         model_class({"_target_": "mymodels.nope.X"})
     # on a built-in's file: the class replaced from the command line, validated by its own schema
+    from cbm.core.cli import precheck
     from cbm.experiments import train
-    from cbm.experiments.cli import precheck
 
     precheck("train", ["++model._target_=mymodels.temp.TempCBM", "+model.temperature=2", "output_dir=" + str(user_dir)], train.validate)
     with pytest.raises(ConfigError, match=r"model._target_: 'os.system' is a builtin_function_or_method"):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from cbm.config import ConfigError
+from cbm.core.validation import ConfigError
 from cbm.models import build_model, validate_model
 from cbm.models.scbm import condition
 

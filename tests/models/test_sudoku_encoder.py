@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
-from cbm.experiments.common import CONF_DIR
+from cbm.core.common import CONF_DIR
 from cbm.experiments.train import validate
 from cbm.models import build_model
 from cbm.models.backbones import build_backbone

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cbm.config.paths import CONF_DIR
+from cbm.core.paths import CONF_DIR
 from cbm.experiments.train import validate
 from cbm.models import build_model
 from cbm.models.backbones_sudoku import SudokuCellReader

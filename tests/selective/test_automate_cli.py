@@ -9,7 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from selective_toys import MostUncertainPolicy, toy_data, toy_model
 
-from cbm.config import ConfigError
+from cbm.core.common import CONF_DIR
+from cbm.core.validation import ConfigError
 from cbm.experiments.automate import (
     CSV_COLUMNS,
     AutomateConfig,
@@ -18,7 +19,6 @@ from cbm.experiments.automate import (
     validate,
     write_outputs,
 )
-from cbm.experiments.common import CONF_DIR
 from synthetic.datamodule import SyntheticDataModule
 
 

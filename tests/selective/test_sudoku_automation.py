@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from cbm.core.common import CONF_DIR
 from cbm.experiments.automate import AutomateConfig, automate
-from cbm.experiments.common import CONF_DIR
 from cbm.experiments.train import run as train_run
 from cbm.training.checkpoint import load_run
 

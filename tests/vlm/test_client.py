@@ -130,7 +130,7 @@ def test_a_refused_connection_before_any_answer_stops_the_run_in_one_line(tmp_pa
     """Nothing listens at the base URL: after its retries (recorded here, never slept) the client
     raises EndpointUnreachable, a user error (OSError: exit 2, one line naming the URL), from chat,
     try_chat and map alike: a run stops instead of recording the same failure per request."""
-    from cbm.experiments.common import USER_ERRORS, one_line
+    from cbm.core.common import USER_ERRORS, one_line
     from cbm.vlm.reply import EndpointUnreachable
 
     url = f"http://127.0.0.1:{closed_port()}/v1"

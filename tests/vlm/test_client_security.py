@@ -446,7 +446,7 @@ def test_only_marked_factories_and_chat_clients_are_called(tmp_path, monkeypatch
 
 
 def test_the_llm_intervener_config_checks_its_client_before_any_model_loads(key):
-    from cbm.config.validate import ConfigError
+    from cbm.core.validation import ConfigError
     from cbm.interventions import registry
 
     with pytest.raises(ConfigError, match="intervener.llm: llm.client: 'os:system' is a builtin_function_or_method, not a client factory"):

@@ -299,7 +299,7 @@ from pathlib import Path
 from transformers import AutoProcessor
 from cbm.vlm.finetune.model import LoraSettings, add_lora, load_model
 from cbm.vlm.finetune.run import save_outputs
-from synthetic.atomic import WriteError
+from cbm.core.atomic import WriteError
 
 tiny, saves = sys.argv[1], sys.argv[2:]
 model = add_lora(load_model(tiny), LoraSettings(r=64), gradient_checkpointing=False)  # a ~512 KiB adapter
@@ -396,7 +396,7 @@ def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkey
     """The README's and ``--help``'s command lines, with their placeholders made real (a model
     directory, a JSONL file, an EDCT run), compose and validate; QLoRA lines on a machine without a
     GPU stop only at the GPU check."""
-    from cbm.experiments.cli import precheck
+    from cbm.core.cli import precheck
     from cbm.experiments.finetune_cli import validate
     from cbm.vlm.edct.records import write_item
 

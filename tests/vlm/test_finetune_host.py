@@ -116,7 +116,7 @@ def test_the_loop_reads_the_loss_once_per_logged_step(tiny, pairs, tmp_path, mon
 def test_gradient_checkpointing_is_off_unless_asked(tiny):
     from hydra import compose, initialize_config_dir
 
-    from cbm.experiments.common import CONF_DIR
+    from cbm.core.common import CONF_DIR
     from cbm.vlm.finetune.config import TrainSettings
 
     assert TrainSettings().gradient_checkpointing is False

@@ -695,7 +695,7 @@ def test_a_hosted_editor_needs_its_key_before_any_work(tmp_path, httpserver, mon
 
 # ------------------------------------------------------------------ typed settings
 def test_settings_of_the_wrong_type_are_one_line(tmp_path, httpserver):
-    from cbm.vlm.typed import conforms
+    from cbm.core.validation import conforms
 
     cases = [({"k": "2"}, "k: must be an integer, got str '2'"), ({"k": True}, "k: must be an integer, got bool True"),
              ({"items": {"n": 2.5}}, "items.n: must be an integer, got float 2.5"), ({"items": [1]}, "items: must be a mapping of settings, got list [1]"),

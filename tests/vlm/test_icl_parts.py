@@ -242,7 +242,7 @@ def test_judge_vs_human_agreement():
 def paper_prompts() -> dict:
     from omegaconf import OmegaConf
 
-    from cbm.experiments.common import CONF_DIR
+    from cbm.core.common import CONF_DIR
 
     return OmegaConf.to_container(OmegaConf.load(f"{CONF_DIR}/icl.yaml").prompts)
 

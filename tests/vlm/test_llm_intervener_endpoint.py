@@ -25,7 +25,7 @@ def make_checkpoint(path: Path, cache: Path, data: dict | None = None) -> Path:
     """An untrained image CBM saved in cbm-train's checkpoint format (no training: fast)."""
     import lightning as L
 
-    from cbm.config.validate import as_dict
+    from cbm.core.validation import as_dict
     from cbm.models import build_model
     from synthetic.registry import data_config, data_info, load_data
 

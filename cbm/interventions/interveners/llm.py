@@ -209,11 +209,11 @@ class LLMIntervener:
 
 def resolve_client(spec: str) -> Any:
     """The client factory ``spec`` (``module:name``) names: imported and checked, never called
-    (:func:`cbm.config.targets.resolve`). Only a :class:`cbm.vlm.client.ChatClient` subclass or a
+    (:func:`cbm.core.targets.resolve`). Only a :class:`cbm.vlm.client.ChatClient` subclass or a
     function / class marked with :func:`cbm.vlm.client.client_factory` is accepted (the mark read
     statically: ``__getattr__`` cannot fake it): a config must not get an arbitrary callable
     (``os:system``, ``subprocess:Popen``) called with its ``client_kwargs``."""
-    from cbm.config.targets import resolve
+    from cbm.core.targets import resolve
     from cbm.vlm.client import CLIENT_NEED, FACTORY_KIND, ChatClient
 
     return resolve(spec, "llm.client", kinds=(ChatClient,), mark=FACTORY_KIND, need=CLIENT_NEED)

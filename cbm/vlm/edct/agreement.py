@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cbm.core.atomic import write_text_atomic
 from cbm.vlm.edct.metrics import CONFIDENCE, step_ok
-from synthetic.atomic import write_text_atomic
 
 #: The key columns and each annotator's columns (``h1_``, ``h2_`` prefixes).
 KEY = ("item", "step")

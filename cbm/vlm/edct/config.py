@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.core.validation import check_fields, nested, within_split
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 from cbm.vlm.tags import REASK_PROMPT
 from cbm.vlm.templates import check_template
-from cbm.vlm.typed import check_fields, nested, within_split
 
 ANSWER_MODES = ("generate", "score")
 #: How the VLM is asked for its answer and explanation: 2 = the paper's (the answer, then the
@@ -173,8 +173,8 @@ class EDCTConfig:
     def __post_init__(self) -> None:
         self.items = nested(ItemsConfig, self.items, "items")
         if self.logger:
-            from cbm.config import to_dataclass
             from cbm.config.train import LoggerConfig
+            from cbm.core.validation import to_dataclass
 
             to_dataclass(LoggerConfig, self.logger, "logger")
         self.bootstrap = nested(BootstrapConfig, self.bootstrap, "bootstrap")
@@ -256,7 +256,7 @@ class EDCTConfig:
 def check_segmenter(spec: dict[str, Any]) -> None:
     """``{target, kwargs}``: the target imported and checked (a Segmenter class or a marked factory,
     :func:`cbm.vlm.verify.resolve_segmenter`), the kwargs matching its parameters; nothing called."""
-    from cbm.vlm.typed import check_kwargs
+    from cbm.core.validation import check_kwargs
     from cbm.vlm.verify import resolve_segmenter
 
     unknown = sorted(str(k) for k in spec if k not in ("target", "kwargs"))

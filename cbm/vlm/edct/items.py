@@ -38,7 +38,7 @@ from typing import Any
 
 from PIL import Image
 
-from cbm.config.safe_paths import inside
+from cbm.core.safe_paths import inside
 
 FORMATS = ("auto", "jsonl", "folder", "hf")
 SHAPES = ("generic", "okvqa", "drivelm", "3dsrbench")

@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cbm.concurrency import drain
-from cbm.config.safe_paths import inside, slug, slugs
-from cbm.progress import progress_bar_wanted
+from cbm.core.atomic import atomic_write, write_json_atomic
+from cbm.core.concurrency import drain
+from cbm.core.progress import progress_bar_wanted
+from cbm.core.safe_paths import inside, slug, slugs
 from cbm.vlm.client import ChatClient
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.edct.config import PROMPT_DEFAULTS, EDCTConfig
@@ -63,7 +64,6 @@ from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prom
 from cbm.vlm.images import load_image
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
-from synthetic.atomic import atomic_write, write_json_atomic
 
 __all__ = ["EXCLUSIONS", "Clients", "Pipeline", "exclusion", "exclusion_counts", "load_segmenter", "parse_error_counts", "status_counts",
            "valid_record"]

@@ -24,9 +24,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from cbm.core.atomic import atomic_write, write_json_atomic
+from cbm.core.validation import conforms
 from cbm.vlm.sealed import CHANGED, OLDER, client_identity, digest, open_sealed, read_json, seal
-from cbm.vlm.typed import conforms
-from synthetic.atomic import atomic_write, write_json_atomic
 
 log = logging.getLogger("cbm.vlm")
 
@@ -134,7 +134,7 @@ def write_item(run_dir: str | Path, item_id: str, truth: str, original: Any, ste
     judged step per ``(counterfactual image, its true label, the edited concept)``, with no
     replies, under the run of ``run_dir/run.json`` (written when absent). For tests and examples
     that need a run directory without running the pipeline; returns the record's path."""
-    from cbm.config.safe_paths import slug
+    from cbm.core.safe_paths import slug
 
     run = Path(run_dir)
     body = read_run(run)

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from cbm.core.atomic import write_json_atomic, write_text_atomic
+from cbm.core.validation import within_split
 from cbm.vlm.edct.config import EDCTConfig, split_size
 from cbm.vlm.edct.metrics import Estimate, summarise
 from cbm.vlm.edct.pipeline import (
@@ -22,8 +24,6 @@ from cbm.vlm.edct.pipeline import (
     status_counts,
 )
 from cbm.vlm.edct.stability import fingerprint
-from cbm.vlm.typed import within_split
-from synthetic.atomic import write_json_atomic, write_text_atomic
 
 #: Columns of the CCS table: (summary key, header).
 TABLE = [

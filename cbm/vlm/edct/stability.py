@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from cbm.core.atomic import write_text_atomic
 from cbm.vlm.edct.records import PART_NAMES as RUN_PART_NAMES
 from cbm.vlm.edct.records import settings_parts
 from cbm.vlm.sealed import client_identity, digest, read_json
-from synthetic.atomic import write_text_atomic
 
 #: The scores of Table 5 (and AC, EF): (key in results.json's ``scores``, column header).
 SCORES = [("ccs", "CCS_Binary"), ("ccs_graded", "CCS_Graded"), ("ac_items", "AC"), ("ef_items", "EF")]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from cbm.core.validation import check_kwargs
 from cbm.vlm.editors.base import (
     ITEM_KINDS,
     EditError,
@@ -29,7 +30,6 @@ from cbm.vlm.editors.synthetic import (
     robot_items,
     sudoku_items,
 )
-from cbm.vlm.typed import check_kwargs
 
 #: ``make_editor`` kinds and the classes they build.
 EDITOR_KINDS: dict[str, Callable[..., Editor]] = {

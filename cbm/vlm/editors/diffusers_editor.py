@@ -65,7 +65,7 @@ class _LocalPipeline:
         types, a model directory, sane numbers, ``diffusers`` installed."""
         import importlib.util
 
-        from cbm.vlm.typed import check_kwargs
+        from cbm.core.validation import check_kwargs
 
         check_kwargs(cls, settings, where)
         if not Path(settings["model_path"]).expanduser().is_dir():

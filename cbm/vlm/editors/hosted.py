@@ -83,7 +83,7 @@ class HostedImageEditor:
     def check_settings(settings: Mapping[str, Any], where: str = "editor") -> None:
         """A config's editor settings (``editor.kind=hosted``), checked without connecting: known
         names of the right types, sane numbers, the endpoint and its key (:func:`endpoint_key`)."""
-        from cbm.vlm.typed import check_kwargs
+        from cbm.core.validation import check_kwargs
 
         if "api_key" in settings:
             raise ValueError(f"{where}.api_key: a key is never written in a config; put it in an environment variable "

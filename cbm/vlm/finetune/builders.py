@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cbm.config.safe_paths import slug
+from cbm.core.atomic import atomic_write
+from cbm.core.safe_paths import slug
 from cbm.vlm.finetune.data import QARow, write_rows
-from synthetic.atomic import atomic_write
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {"robot": {"name": "robot", "image_
 def generator_config(kind: str, n: int, source: dict[str, Any] | None) -> Any:
     """The robot / Sudoku generator config of a built set: the defaults, ``n`` test items, then
     ``source`` (``data.source``); a bad setting is one line naming ``data.source``."""
-    from cbm.config import ConfigError
+    from cbm.core.validation import ConfigError
     from synthetic.registry import data_config
 
     src = dict(source or {})

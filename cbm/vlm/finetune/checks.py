@@ -66,7 +66,7 @@ def check_device_available(device: str, quant: str) -> None:
 
 def check_creatable(directory: str, where: str) -> None:
     """A directory the run will create must not sit under a file or in a read-only place."""
-    from cbm.config.safe_paths import check_creatable as check
+    from cbm.core.safe_paths import check_creatable as check
 
     check(Path(directory).expanduser(), where)
 

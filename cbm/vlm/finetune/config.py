@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from cbm.core.validation import check_fields, in_range, nested
 from cbm.vlm.finetune.checks import check_device_name, check_model_dir
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
-from cbm.vlm.typed import check_fields, in_range, nested
 
 BUILD_KINDS = ("robot", "sudoku", "edct")
 PRECISIONS = ("32", "bf16")
@@ -192,8 +192,8 @@ class FinetuneConfig:
     progress: bool | None = None
 
     def __post_init__(self) -> None:
-        from cbm.config import to_dataclass
         from cbm.config.train import LoggerConfig
+        from cbm.core.validation import to_dataclass
 
         for name, cls in (("model", ModelSettings), ("data", DataSettings), ("lora", LoraSettings), ("train", TrainSettings), ("eval", EvalSettings)):
             setattr(self, name, nested(cls, getattr(self, name), name))

@@ -204,7 +204,7 @@ def split_pairs(rows: Sequence[QARow], eval_fraction: float, seed: int) -> tuple
 
 def write_rows(path: str | Path, rows: Iterable[QARow]) -> Path:
     """The rows as JSONL (atomic), image and mask paths relative to the file's folder when inside it."""
-    from synthetic.atomic import write_text_atomic
+    from cbm.core.atomic import write_text_atomic
 
     path = Path(path)
     lines = []

@@ -267,7 +267,7 @@ def heatmap(row: QARow, attention: np.ndarray, path: str | Path, title: str = ""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from synthetic.atomic import savefig_atomic
+    from cbm.core.atomic import savefig_atomic
 
     img = np.asarray(Image.open(row.image).convert("RGB"))
     h, w = img.shape[:2]

@@ -24,15 +24,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from cbm.config.safe_paths import inside, slug, slugs
-from cbm.progress import progress_bar_wanted
+from cbm.core.atomic import WriteError, atomic_dir, write_csv_atomic, write_json_atomic, write_text_atomic
+from cbm.core.progress import progress_bar_wanted
+from cbm.core.safe_paths import inside, slug, slugs
 from cbm.vlm.finetune.checks import check_device_available, edct_source
 from cbm.vlm.finetune.collate import Collator
 from cbm.vlm.finetune.config import FinetuneConfig
 from cbm.vlm.finetune.data import BadDataError, BadRow, QARow, load_rows, split_pairs
 from cbm.vlm.finetune.evaluate import Evaluator, RowResult, heatmap, mcnemar, summarise
 from cbm.vlm.finetune.model import add_lora, load_model, load_processor, lora_config, trainable_names
-from synthetic.atomic import WriteError, atomic_dir, write_csv_atomic, write_json_atomic, write_text_atomic
 
 __all__ = ["build_rows", "encodable", "report", "run", "save_outputs", "split_pairs", "train"]
 
@@ -83,8 +83,8 @@ def encodable(collator: Collator, rows: Sequence[QARow], bad: list[BadRow], on_b
 
 def _loggers(cfg: FinetuneConfig, out: Path) -> list[Any]:
     """CSV always; W&B (job type ``finetune``) with the whole config when ``logger.wandb`` is on."""
-    from cbm.config import to_dataclass
     from cbm.config.train import LoggerConfig
+    from cbm.core.validation import to_dataclass
     from cbm.tracking.wandb_run import plain_config, run_config
     from cbm.training.trainer import build_loggers
 

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cbm.config.safe_paths import check_component
+from cbm.core.safe_paths import check_component
+from cbm.core.validation import check_fields, nested
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.icl.episodes import EpisodeGrid
 from cbm.vlm.icl.parse import CONDITION_TAGS
 from cbm.vlm.icl.stats import CORRECTIONS
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 from cbm.vlm.templates import check_template, placeholders
-from cbm.vlm.typed import check_fields, nested
 
 #: Prompt templates and the placeholders each may use.
 PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -100,8 +100,8 @@ class ICLConfig:
     def __post_init__(self) -> None:
         self.episodes = nested(EpisodeGrid, self.episodes, "episodes")
         if self.logger:
-            from cbm.config import to_dataclass
             from cbm.config.train import LoggerConfig
+            from cbm.core.validation import to_dataclass
 
             to_dataclass(LoggerConfig, self.logger, "logger")
         self.judge_options = nested(JudgeOptions, self.judge_options, "judge_options")

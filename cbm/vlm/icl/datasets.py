@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from cbm.core.validation import check_value
 from cbm.vlm.images import MAX_IMAGE_PIXELS
-from cbm.vlm.typed import check_value
 
 SUDOKU_CLASSES = ("valid", "two columns broken", "two rows broken", "boxes broken")
 DATASET_KINDS = ("robot", "sudoku", "imagefolder", "torchvision")
@@ -73,7 +73,7 @@ def make_dataset(name: str, spec: dict[str, Any], cache_dir: str | None = None, 
 
 def _need(name: str, spec: dict[str, Any], key: str, tp: type, what: str | None = None, default: Any = None) -> Any:
     """``spec[key]`` (or ``default``), removed from ``spec``, when of type ``tp``
-    (:func:`cbm.vlm.typed.check_value`: a bool is not an int); else one line."""
+    (:func:`cbm.core.validation.check_value`: a bool is not an int); else one line."""
     return check_value(spec.pop(key, default), tp, f"datasets.{name}.{key}", what)
 
 
@@ -196,13 +196,13 @@ def _imagefolder(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset
 def _torchvision(name: str, spec: dict[str, Any], max_pixels: int) -> ICLDataset:
     """A dataset class of ``torchvision.datasets`` (``name``) on disk at ``root``, never downloaded.
     ``name`` must be a class deriving from ``torch.utils.data.Dataset``
-    (:func:`cbm.config.targets.resolve`): nothing else of the module (functions, submodules) is
+    (:func:`cbm.core.targets.resolve`): nothing else of the module (functions, submodules) is
     ever called with the user's keyword arguments."""
     import inspect
 
     import torch.utils.data
 
-    from cbm.config.targets import resolve
+    from cbm.core.targets import resolve
 
     cls_name = _need(name, spec, "name", str, "a torchvision dataset class name (e.g. MNIST, CIFAR10)")
     root = _need(name, spec, "root", str, "a directory")

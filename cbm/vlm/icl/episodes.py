@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cbm.core.atomic import write_json_atomic
+from cbm.core.validation import check_fields, conforms
 from cbm.vlm.sealed import read_json, seal, unseal
-from cbm.vlm.typed import check_fields, conforms
-from synthetic.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from cbm.vlm.icl.datasets import ICLDataset

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from cbm.core.atomic import write_json_atomic, write_text_atomic
 from cbm.vlm.finetune.evaluate import mcnemar
 from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.boards import ANSWERS, READ, VALID_QUESTION, Boards, make_boards, reading
 from cbm.vlm.zoo.config import ZooConfig
 from cbm.vlm.zoo.train import _digest, _done, _save, _schedule, train_members
 from cbm.vlm.zoo.vision import pretrain_vision
-from synthetic.atomic import write_json_atomic, write_text_atomic
 
 FIGURES = ("accuracy", "accuracy_cue_flipped", "cue_reliance", "digit_reliance", "says_valid")
 COLUMNS = [("cue_share", "cue share"), ("accuracy", "accuracy"), ("accuracy_cue_flipped", "cue flipped"), ("cue_reliance", "cue reliance"),

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from cbm.config.safe_paths import check_creatable
-from cbm.vlm.typed import within_split
+from cbm.core.safe_paths import check_creatable
+from cbm.core.validation import within_split
 from synthetic.robot.attributes import PALETTES
 from synthetic.robot.config import CUE_KINDS
 
@@ -241,8 +241,8 @@ class ZooConfig:
 
     def __post_init__(self) -> None:
         if self.logger:
-            from cbm.config import to_dataclass
             from cbm.config.train import LoggerConfig
+            from cbm.core.validation import to_dataclass
 
             to_dataclass(LoggerConfig, self.logger, "logger")
         if self.task not in TASKS:

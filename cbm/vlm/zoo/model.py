@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cbm.progress import progress_bar_wanted
+from cbm.core.progress import progress_bar_wanted
 from cbm.vlm.finetune.collate import IGNORE
 from cbm.vlm.tiny import TinyVLMConfig, build_tiny_vlm
 from cbm.vlm.zoo.config import ZooData, ZooModel

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from cbm.core.atomic import write_json_atomic, write_text_atomic
 from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.config import ZooConfig
 from cbm.vlm.zoo.data import make_robots
 from cbm.vlm.zoo.edct import model_asks, run_edct
 from cbm.vlm.zoo.reliance import measure, model_says
 from cbm.vlm.zoo.train import train_zoo
-from synthetic.atomic import write_json_atomic, write_text_atomic
 
 COLUMNS = [("cue_share", "cue share"), ("accuracy", "accuracy"), ("accuracy_cue_flipped", "cue flipped"), ("cue_reliance", "cue reliance"),
            ("part_reliance", "part reliance"), ("ccs", "CCS [95% CI]"), ("ac", "AC"), ("ef", "EF"), ("scored", "scored")]  # fmt: skip
