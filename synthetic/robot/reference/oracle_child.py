@@ -74,7 +74,7 @@ def dataset(args: argparse.Namespace) -> None:
         scheme=np.asarray(df["color_scheme"], dtype=np.int64),
         row=np.asarray(df["id"], dtype=np.int64),
         y=np.asarray(df["robot_type"], dtype=np.int64),
-        png=np.asarray(df["png_filename"].astype(str)),
+        png=np.asarray(df["png_filename"]).astype(str),  # not an object array: read without pickle
         image_dir=np.array(str(Path(ds.meta["image_dir"]).resolve())),
         **{f"split_{k}": v for k, v in ids.items()},
     )

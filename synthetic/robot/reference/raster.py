@@ -3,8 +3,9 @@
 cairo rasterises a path on ``SUB_ROWS`` sub-scanlines per pixel row with exact horizontal
 extents (its "tor" scan converter), so a pixel's coverage is the mean, over those sub-rows, of
 the length of the covered spans inside it. Axis-aligned rectangles are filled with their exact
-area. A stroke with round caps and joins covers every point within half its width of the path:
-the union of one capsule per segment. Coverage is quantised to 8 bits as cairo's is.
+area. A stroke with round caps and joins is, per segment, a band of exactly half its width on
+either side and cairo's pen (a regular polygon inscribed in the round end) at both ends; the
+union over the segments is stroked. Coverage is quantised to 8 bits as cairo's is.
 
 Everything is vectorised over sub-rows and spans; a mask is computed once per part, variant and
 size (:mod:`synthetic.robot.reference.draw` caches them).
@@ -12,9 +13,11 @@ size (:mod:`synthetic.robot.reference.draw` caches them).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from synthetic.robot.reference.geometry import Path
+from synthetic.robot.reference.geometry import TOLERANCE, Path
 
 #: Sub-scanlines per pixel row (cairo's ``GRID_Y``).
 SUB_ROWS = 15
@@ -42,32 +45,48 @@ def _polygon_spans(pts: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndar
     return xs[:, 0::2], xs[:, 1::2]
 
 
+def _pen(h: float) -> np.ndarray:
+    """cairo's pen for a stroke ``2 h`` wide: a regular polygon inscribed in the circle of radius
+    ``h``, as many vertices as its tolerance needs (``_cairo_pen_vertices_needed``), in fixed point."""
+    if TOLERANCE >= 4 * h:
+        n = 1
+    elif TOLERANCE >= h:
+        n = 4
+    else:
+        n = max(4, math.ceil(2 * math.pi / math.acos(1 - TOLERANCE / h)))
+        n += n % 2
+    t = 2 * math.pi * np.arange(n) / n
+    return np.round(np.stack([h * np.cos(t), h * np.sin(t)], axis=1) * 256.0) / 256.0
+
+
+def _convex_spans(poly: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[lo, hi]`` of convex polygons ``poly [K, V, 2]`` on each sub-row (empty: ``lo > hi``)."""
+    a, b = poly, np.roll(poly, -1, axis=1)
+    ya, yb = np.minimum(a[..., 1], b[..., 1]), np.maximum(a[..., 1], b[..., 1])
+    yy = ys[:, None, None]
+    hit = (yy > ya) & (yy <= yb)  # cairo rounds edge ends to the sub-row grid, ties upwards
+    dy = b[..., 1] - a[..., 1]
+    x = a[..., 0] + (yy - a[..., 1]) * (b[..., 0] - a[..., 0]) / np.where(dy == 0, 1.0, dy)
+    return np.where(hit, x, _BIG).min(axis=2), np.where(hit, x, -_BIG).max(axis=2)
+
+
 def _capsule_spans(p: np.ndarray, q: np.ndarray, h: float, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Spans of the capsules (points within ``h`` of segment ``p[k]-q[k]``) on each sub-row."""
-    y = ys[:, None]
+    """Spans of each segment ``p[k]-q[k]`` stroked ``2 h`` wide with round caps and joins, as
+    cairo strokes it: a band of exact half-width ``h`` and its pen polygon at both ends."""
+    pen = _pen(h)
     lo = np.full((len(ys), len(p)), _BIG)
     hi = np.full((len(ys), len(p)), -_BIG)
-    for c in (p, q):  # the round ends
-        d2 = h * h - (y - c[:, 1]) ** 2
-        ok = d2 > 0  # the boundary row itself: cairo leaves it out (ties upwards)
-        half = np.sqrt(np.where(ok, d2, 0.0))
-        lo = np.where(ok, np.minimum(lo, c[:, 0] - half), lo)
-        hi = np.where(ok, np.maximum(hi, c[:, 0] + half), hi)
+    if len(pen) > 2:
+        for c in (p, q):  # the round ends
+            clo, chi = _convex_spans(c[:, None, :] + pen[None], ys)
+            lo, hi = np.minimum(lo, clo), np.maximum(hi, chi)
     d = q - p
     length = np.hypot(d[:, 0], d[:, 1])
     keep = length > 0
     if keep.any():  # the band: a rectangle around each segment
         pk, dk, lk = p[keep], d[keep], length[keep]
         n = np.stack([-dk[:, 1], dk[:, 0]], axis=1) / lk[:, None] * h
-        quad = np.stack([pk + n, pk + dk + n, pk + dk - n, pk - n], axis=1)  # [K, 4, 2]
-        a, b = quad, np.roll(quad, -1, axis=1)
-        ya, yb = np.minimum(a[..., 1], b[..., 1]), np.maximum(a[..., 1], b[..., 1])
-        yy = y[:, :, None]
-        hit = (yy > ya) & (yy <= yb)
-        dy = b[..., 1] - a[..., 1]
-        x = a[..., 0] + (yy - a[..., 1]) * (b[..., 0] - a[..., 0]) / np.where(dy == 0, 1.0, dy)
-        blo = np.where(hit, x, _BIG).min(axis=2)
-        bhi = np.where(hit, x, -_BIG).max(axis=2)
+        blo, bhi = _convex_spans(np.stack([pk + n, pk + dk + n, pk + dk - n, pk - n], axis=1), ys)
         lo[:, keep] = np.minimum(lo[:, keep], blo)
         hi[:, keep] = np.maximum(hi[:, keep], bhi)
     return lo, hi
