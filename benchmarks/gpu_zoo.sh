@@ -10,6 +10,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 source benchmarks/qlora_gpu_check.sh
 PY=$(base_python)
 out=${GPU_ZOO_DIR:-sweeps/gpu_zoo}
-WANDB_MODE=disabled "$PY" -m cbm.experiments.zoo_cli "${ZOO_MODELS_CFG[@]}" repair.member=null edct_items=20 bootstrap=100 \
+WANDB_MODE=disabled "$PY" -m cbm.vlm.apps.zoo "${ZOO_MODELS_CFG[@]}" repair.member=null edct_items=20 bootstrap=100 \
   logger.wandb.enabled=false output_dir="$out"
 echo "gpu_zoo: models in $out/models ($(du -sh "$out/models" | cut -f1)): carry them, e.g. run(..., carry=[\".whl\", \"$out/models\"])"

@@ -75,7 +75,7 @@ GROUPS: list[tuple[str, str, list[tuple[str, str]]]] = [
         ("", "cbm.config.experiment:ExperimentConfig"),
     ]),
     ("cbm-data", "`conf/data_cli.yaml`", [("", "cbm.experiments.data_cli:DataCliConfig")]),
-    ("cbm-concepts", "`conf/concepts.yaml`", [("", "cbm.experiments.concepts_cli:ConceptsConfig")]),
+    ("cbm-concepts", "`conf/concepts.yaml`", [("", "cbm.vlm.apps.concepts:ConceptsConfig")]),
     ("Chat clients", "`client=openai|openrouter|local` and wherever a command takes a client (`conf/client/`)", [
         ("", "cbm.vlm.config:ClientConfig"),
     ]),
@@ -119,7 +119,7 @@ GENERIC: dict[str, str] = {
 SCHEMA_MODULES = (
     "cbm.config.train", "cbm.config.intervene", "cbm.config.automate", "cbm.config.experiment",
     "cbm.models.config", "synthetic.robot.config", "synthetic.sudoku.config",
-    "cbm.experiments.data_cli", "cbm.experiments.concepts_cli",
+    "cbm.experiments.data_cli", "cbm.vlm.apps.concepts",
     "cbm.vlm.config", "cbm.vlm.edct.config", "cbm.vlm.finetune.config", "cbm.vlm.icl.config", "cbm.vlm.zoo.config",
 )
 

@@ -109,7 +109,7 @@ if not (root / "results.json").is_file():
     smoke = ["data.n_train=160", "data.n_test=40", "data.image_size=32", "train.base_epochs=1", "train.member_epochs=1",
              "members={faithful: 0, dial50: 0.5, shortcut: 1}", "edct_items=16", "bootstrap=200", "repair.pairs=24",
              "repair.epochs=1", "logger=csv_only"]
-    subprocess.run([sys.executable, "-m", "cbm.experiments.zoo_cli", *smoke, f"output_dir={root}"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "cbm.vlm.apps.zoo", *smoke, f"output_dir={root}"], check=True, capture_output=True)
 result = json.loads((root / "results.json").read_text())
 members = result["members"]
 display(Markdown((root / "results.md").read_text()))'''

@@ -218,7 +218,7 @@ def fx(tmp_path_factory):
     changed.mkdir(parents=True)
     (changed / "cell.json").write_text('{"fingerprint": "made-with-other-settings"}')
     (root / "locked").mkdir()
-    code = f"from cbm.experiments import runlock; import threading; runlock.acquire({str(root / 'locked')!r}); print('held', flush=True); threading.Event().wait()"
+    code = f"from cbm.core import runlock; import threading; runlock.acquire({str(root / 'locked')!r}); print('held', flush=True); threading.Event().wait()"
     holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     yield root

@@ -76,7 +76,7 @@ def _schema_classes() -> list[type]:
     """Every dataclass of a config module (found by file, not by the generator's list) and every
     registered policy's and intervener's ``Config``."""
     files = [*ROOT.glob("cbm/config/*.py"), *ROOT.glob("cbm/**/config.py"), *ROOT.glob("synthetic/**/config.py"),
-             ROOT / "cbm/experiments/data_cli.py", ROOT / "cbm/experiments/concepts_cli.py"]  # fmt: skip
+             ROOT / "cbm/experiments/data_cli.py", ROOT / "cbm/vlm/apps/concepts.py"]  # fmt: skip
     classes = []
     for f in sorted(set(files)):
         mod = importlib.import_module(".".join(f.relative_to(ROOT).with_suffix("").parts))

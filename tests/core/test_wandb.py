@@ -241,7 +241,7 @@ def test_an_experiment_logs_every_cell_and_its_report_in_one_group(tmp_path):
 
 @pytest.mark.slow
 def test_a_finetuning_run_logs_its_config_results_and_adapter(tmp_path):
-    from cbm.experiments.finetune_cli import run
+    from cbm.vlm.apps.finetune import run
     from cbm.vlm.finetune.config import FinetuneConfig
     from cbm.vlm.tiny import TinyVLMConfig, build_tiny_vlm
 

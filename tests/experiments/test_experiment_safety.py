@@ -41,7 +41,7 @@ train: [trainer=cpu_smoke, logger=csv_only, trainer.max_epochs={EPOCHS}]
 # ----------------------------------------------------------------------------- helpers
 def hold_in_child(directory: Path) -> subprocess.Popen:
     """A process that holds ``directory``'s lock until killed (it prints once it does)."""
-    code = f"from cbm.experiments import runlock; import threading; runlock.acquire({str(directory)!r}); print('held', flush=True); threading.Event().wait()"
+    code = f"from cbm.core import runlock; import threading; runlock.acquire({str(directory)!r}); print('held', flush=True); threading.Event().wait()"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     if proc.stdout.readline().strip() != "held":
         proc.kill()
@@ -133,7 +133,7 @@ def test_lock_is_exclusive_names_its_holder_and_dies_with_it(tmp_path):
 def test_a_forked_child_neither_keeps_nor_releases_its_parents_lock(tmp_path):
     """A DataLoader worker is a fork of the cell: it must not keep the directory locked once the cell
     is dead (the flock belongs to the open file both share), nor release it while the cell lives."""
-    code = (f"import os, sys, threading; from cbm.experiments import runlock; d = {str(tmp_path)!r}; runlock.acquire(d)\n"
+    code = (f"import os, sys, threading; from cbm.core import runlock; d = {str(tmp_path)!r}; runlock.acquire(d)\n"
             "if os.fork() == 0:\n"
             "    runlock.release(d); print(runlock.holds(d), flush=True)\n"
             "threading.Event().wait()  # alive until killed")  # fmt: skip
@@ -150,7 +150,7 @@ def test_a_forked_child_neither_keeps_nor_releases_its_parents_lock(tmp_path):
 
 
 def holder_seen_by_another_process(directory: Path) -> dict | None:
-    code = f"import json; from cbm.experiments import runlock; print(json.dumps(runlock.holder({str(directory)!r})))"
+    code = f"import json; from cbm.core import runlock; print(json.dumps(runlock.holder({str(directory)!r})))"
     return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout)
 
 
@@ -189,7 +189,7 @@ def test_a_failed_run_directory_is_removed_under_its_lock(tmp_path, monkeypatch)
     real = common.shutil.rmtree
 
     def rmtree(path, **kwargs):
-        code = f"from cbm.experiments import runlock\ntry:\n runlock.acquire({str(run)!r}); print('taken')\nexcept runlock.Busy: print('busy')"
+        code = f"from cbm.core import runlock\ntry:\n runlock.acquire({str(run)!r}); print('taken')\nexcept runlock.Busy: print('busy')"
         tried.append(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip())
         return real(path, **kwargs)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from werkzeug import Response
 
-from cbm.experiments import concepts_cli
+from cbm.vlm.apps import concepts as concepts_cli
 from cbm.vlm.client import ChatClient
 from cbm.vlm.concept_extraction import (
     NoConceptsError,

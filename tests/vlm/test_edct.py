@@ -219,7 +219,7 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver):
     import sys
 
     httpserver.expect_request("/v1/chat/completions").respond_with_handler(scripted(None))
-    exe = [sys.executable, "-m", "cbm.experiments.edct_cli"]
+    exe = [sys.executable, "-m", "cbm.vlm.apps.edct"]
     roles = [f"{r}.{k}={v}" for r in ("vlm", "llm", "judge") for k, v in
              (("model", "scripted"), ("base_url", httpserver.url_for("/v1")), ("cache_dir", tmp_path / "replies"))]  # fmt: skip
     data = [f"data.{k}={v}" for k, v in DATA.items() if k != "name"]

@@ -397,7 +397,7 @@ def test_every_documented_example_composes_and_validates(pairs, tmp_path, monkey
     directory, a JSONL file, an EDCT run), compose and validate; QLoRA lines on a machine without a
     GPU stop only at the GPU check."""
     from cbm.core.cli import precheck
-    from cbm.experiments.finetune_cli import validate
+    from cbm.vlm.apps.finetune import validate
     from cbm.vlm.edct.records import write_item
 
     model = tmp_path / "model"

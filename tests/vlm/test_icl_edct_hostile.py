@@ -598,7 +598,7 @@ def test_the_cli_never_calls_a_function_target(targets, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "CBM_CACHE_DIR": str(tmp_path / "cache")}
     loop = [f"{r}.base_url=http://127.0.0.1:9/v1" for r in ("vlm", "llm", "judge")]
     seg = f"segmenter={{target: 'hostile_targets:write_marker', kwargs: {{path: '{targets}'}}}}"
-    res = subprocess.run([sys.executable, "-m", "cbm.experiments.edct_cli", *loop, seg], capture_output=True, text=True, env=env,
+    res = subprocess.run([sys.executable, "-m", "cbm.vlm.apps.edct", *loop, seg], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=300)  # fmt: skip
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-2000:]
     assert res.stderr.startswith("cbm-edct: error: segmenter.target: 'hostile_targets:write_marker' is a function")

@@ -324,7 +324,7 @@ def test_cli_runs_and_rejects_bad_input_in_one_line(tmp_path, httpserver, table)
         return completion("<global_discriminativeness>3</global_discriminativeness>") if "global discriminativeness" in text else base(req)
 
     httpserver.expect_request("/v1/chat/completions").respond_with_handler(handler)
-    exe = [sys.executable, "-m", "cbm.experiments.icl_cli"]
+    exe = [sys.executable, "-m", "cbm.vlm.apps.icl"]
     roles = [f"{r}.{k}={v}" for r in ("models.vlm", "judge") for k, v in
              (("model", "scripted"), ("base_url", httpserver.url_for("/v1")), ("cache_dir", tmp_path / "replies"))]  # fmt: skip
     data = [f"datasets.robot.data.{k}={v}" for k, v in ROBOT["data"].items() if k != "name"]
