@@ -7,6 +7,7 @@ from typing import Any
 
 from synthetic.sudoku.geometry import BOXES, geometry
 from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs, parse_fail_counts
+from synthetic.sudoku.v04_config import V04Render
 
 #: Default failing-check distribution of the invalid boards: ``count:weight`` or
 #: ``lo-hi:weight`` entries (2 = near-valid minimum: one failing check is impossible).
@@ -16,6 +17,9 @@ CORRUPTIONS = ("walk", "swaps")
 #: Glyph banks (``SudokuConfig.glyph_bank``): one per split (no split shares a glyph with training)
 #: or one shared by every split (a speed knob: test glyphs are then training glyphs).
 GLYPH_BANKS = ("per_split", "shared")
+#: How boards are drawn (``SudokuConfig.renderer``): gathered from glyph banks, or drawn board by
+#: board as concept-benchmark 0.4 draws them (``data.v04.*``).
+RENDERERS = ("bank", "v04")
 DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
 #: Bytes a board takes in memory besides its image (board, checks, labels, render seeds).
 ROW_OVERHEAD = 2000
@@ -67,6 +71,11 @@ class SudokuConfig:
     style: str = "printed"
     glyph_variants: int = 48
     glyph_bank: str = "per_split"
+    #: ``bank`` (cells gathered from glyph banks: style, glyph_variants, glyph_bank, pencil marks,
+    #: blur, noise) or ``v04`` (concept-benchmark 0.4's drawing, board by board: ``v04``)
+    renderer: str = "bank"
+    #: ``renderer=v04``'s knobs (synthetic.sudoku.v04_config.V04Render)
+    v04: V04Render = field(default_factory=V04Render)
     pencil_prob: float = 0.0
     pencil_max: int = 3
     blur: float = 0.0
@@ -129,6 +138,17 @@ class SudokuConfig:
             bad(f"glyph_variants={self.glyph_variants!r} must be an integer in 1..1024")
         if self.glyph_bank not in GLYPH_BANKS:
             bad(f"glyph_bank must be one of {list(GLYPH_BANKS)}, got {self.glyph_bank!r}")
+        self.v04 = V04Render.coerce(self.v04)
+        if self.renderer not in RENDERERS:
+            bad(f"renderer must be one of {list(RENDERERS)}, got {self.renderer!r}")
+        if self.renderer != "v04" and self.v04 != V04Render():
+            bad("v04.* settings are read only with renderer=v04")
+        if self.renderer == "v04":
+            drawn = {"style": "handwritten", "pencil_prob": 0.0, "blur": 0.0, "noise": 0.0, "block_size": 3}
+            off = [k for k, v in drawn.items() if getattr(self, k) != v]
+            if off:
+                bad(f"renderer=v04 draws 9x9 boards its own way (handwriting, starters, bubbles): {off[0]}="
+                    f"{getattr(self, off[0])!r} does not apply (needs {drawn[off[0]]!r})")  # fmt: skip
         if not 0.0 <= float(self.pencil_prob) <= 1.0:
             bad(f"pencil_prob={self.pencil_prob} must lie in [0, 1]")
         if not isinstance(self.pencil_max, int) or not 1 <= self.pencil_max <= 8:
@@ -170,11 +190,9 @@ class SudokuConfig:
         """Lower bounds of the bytes the dataset takes (see :mod:`synthetic.resources`): the inputs
         (in memory, or on disk for ``storage="disk"`` images, nowhere for ``render``) plus about
         2 KB a board of boards, checks and labels in memory."""
-        from synthetic.sudoku.render import image_size
-
         image = self.modality == "image"
         g = geometry(self.block_size)
-        x = image_size(self.cell_size, g.n) ** 2 if image else g.cells * g.n * 4
+        x = self.image_side**2 if image else g.cells * g.n * 4
         on_disk = image and storage == "disk"
         in_memory = not image or storage == "memory"
         form = f"{self.cell_size} px cells" if image else "tabular"
@@ -182,11 +200,23 @@ class SudokuConfig:
                 "memory": self.n_total * (ROW_OVERHEAD + (x if in_memory else 0)), "disk": self.n_total * x if on_disk else 0,
                 "disk_possible": image, "knobs": ["n_train", "n_val", "n_calib", "n_test"]}  # fmt: skip
 
+    @property
+    def image_side(self) -> int:
+        """Side (px) of a board image: ``n * cell_size`` plus the thick line (``bank``) or plus the
+        margin on both sides (``v04``: 94 px at 10 px cells)."""
+        from synthetic.sudoku.render import image_size
+
+        n = geometry(self.block_size).n
+        return n * self.cell_size + 2 * self.v04.margin_px if self.renderer == "v04" else image_size(self.cell_size, n)
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk and
-        ``block_size`` only when not 3 (the cache key and ``info`` of configs written before those
-        knobs existed stay what they were); ``valid_board_ratio`` is folded into ``valid_fraction``."""
+        """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk,
+        ``block_size`` only when not 3 and ``v04`` only with ``renderer=v04`` (the cache key and
+        ``info`` of configs written before those knobs existed stay what they were);
+        ``valid_board_ratio`` is folded into ``valid_fraction``."""
         out = asdict(self)
+        if out["renderer"] != "v04":
+            del out["v04"]
         del out["valid_board_ratio"]
         if out["corruption"] == "walk" and out["max_cell_swaps"] == 9:
             del out["corruption"], out["max_cell_swaps"]

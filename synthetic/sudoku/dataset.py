@@ -30,9 +30,10 @@ from synthetic.sudoku.config import SudokuConfig
 from synthetic.sudoku.corrupt import corrupt
 from synthetic.sudoku.geometry import geometry, infer_box
 from synthetic.sudoku.negatives import FAMILIES, family_probs, parse_fail_counts, sample_targets, walk
-from synthetic.sudoku.render import image_size, render_boards
+from synthetic.sudoku.render import render_boards
 from synthetic.sudoku.solver import solve_mip
 from synthetic.sudoku.transforms import expand, unique_first
+from synthetic.sudoku.v04_render import render_v04, starters
 
 #: Bump when the output for a given config changes.
 GENERATOR_VERSION = 4  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks;
@@ -208,11 +209,13 @@ def render_split_rows(cfg: SudokuConfig, boards: np.ndarray, render_seed: np.nda
     """Boards rendered as the dataset stores them: each with its render seed, from its split's glyph
     bank (rows of several splits are rendered split by split, in place)."""
     split = np.asarray(split)
+    if cfg.renderer == "v04":  # drawn board by board: no bank, the split plays no part
+        grey = render_v04(np.asarray(boards), render_seed, cfg.cell_size, cfg.v04)[0]
+        return grey if gray else np.repeat(grey[..., None], 3, axis=-1)
     parts = np.unique(split)
     if len(parts) == 1 or cfg.glyph_bank == "shared":
         return _render(cfg, boards, render_seed, glyph_part(cfg, int(parts[0]) if len(parts) else 0), gray)
-    geo = geometry(infer_box(boards))
-    side = image_size(cfg.cell_size, geo.n)
+    side = cfg.image_side
     out = np.empty((len(boards), side, side) if gray else (len(boards), side, side, 3), dtype=np.uint8)
     for code in parts:
         rows = np.flatnonzero(split == code)
@@ -249,8 +252,11 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
     n = len(boards)
     render_seed = _rng(cfg.seed, _STREAM_RENDER).integers(0, 2**62, size=n, dtype=np.int64)
     geo = geometry(cfg.block_size)
+    extra = {"board": boards.astype(np.int8)}
+    if cfg.renderer == "v04" and cfg.modality == "image":  # which cells are printed: a function of the render seed
+        extra["starter"] = starters(render_seed, cfg.v04.starter_share)
     if cfg.modality == "image" and images is not None:
-        side = image_size(cfg.cell_size, geo.n)
+        side = cfg.image_side
         x = images(board_renderer(cfg, boards, render_seed, lab["split"]), (n, side, side))
     elif cfg.modality == "image":  # boards are grey: one channel, 3x less memory; batches expand it to RGB
         x = render_split_rows(cfg, boards, render_seed, lab["split"])
@@ -269,11 +275,9 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         **_negative_info(cfg, lab["neg_op"]),
         "failing_count_hist": {str(int(k)): int(v) for k, v in zip(*np.unique(geo.n_groups - lab["c"][neg].sum(1), return_counts=True))},
         "labels": "c, c_true and y computed by the exact checker on the final boards",
-        "image_size": image_size(cfg.cell_size, geo.n) if cfg.modality == "image" else None,
+        "image_size": cfg.image_side if cfg.modality == "image" else None,
         "channels": "grey, stored [N,S,S] uint8; batches give float [B,3,S,S] (the grey channel repeated)",
-        "render": {"cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
-                   "glyph_variants": cfg.glyph_variants, "glyph_bank": cfg.glyph_bank, "pencil_prob": cfg.pencil_prob,
-                   "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise},
+        "render": _render_info(cfg),
         "meta": f"{geo.cells} board digits (row-major), render_seed, neg_op (-1 valid, else "
         + ("the number of swap actions)" if cfg.corruption == "swaps" else "index into negative_families)"),
         "config": cfg.to_dict(),
@@ -290,9 +294,18 @@ def generate(cfg: SudokuConfig, images: Callable[[Callable[[np.ndarray], np.ndar
         class_names=list(CLASS_NAMES),
         meta_names=meta_names(geo.n),
         modality=cfg.modality,
-        extra={"board": boards.astype(np.int8)},
+        extra=extra,
         info=info,
     )
+
+
+def _render_info(cfg: SudokuConfig) -> dict:
+    if cfg.renderer == "v04":
+        return {"renderer": "v04", "cell_size": cfg.cell_size, **cfg.to_dict()["v04"],
+                "drawing": "0.4's: per board, drawn at draw_cell_px and LANCZOS-resized; extra 'starter' marks the printed cells"}  # fmt: skip
+    return {"renderer": "bank", "cell_size": cfg.cell_size, "style": cfg.style, "glyph_seed": cfg.seed,
+            "glyph_variants": cfg.glyph_variants, "glyph_bank": cfg.glyph_bank, "pencil_prob": cfg.pencil_prob,
+            "pencil_max": cfg.pencil_max, "blur": cfg.blur, "noise": cfg.noise}  # fmt: skip
 
 
 def cache_key(cfg: SudokuConfig) -> dict:
@@ -313,7 +326,7 @@ def load(cfg: SudokuConfig, cache_dir: str | Path | None = None, storage: str = 
     if storage not in ("memory", "disk", "render"):
         raise ValueError(f"storage must be 'memory', 'disk' or 'render', got '{storage}'")
     geo = geometry(cfg.block_size)
-    side = image_size(cfg.cell_size, geo.n)
+    side = cfg.image_side
 
     def stored_renderer(a: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         meta = a["meta"]

@@ -37,7 +37,7 @@ def preset(name: str, **over) -> SudokuConfig:
 def cell_crops(cfg: SudokuConfig, x: np.ndarray) -> np.ndarray:
     """``[N, 81, k]`` bytes of the centre of every cell (grid lines and corner marks left out)."""
     cs = cfg.cell_size
-    top = cfg.v04.margin_px if getattr(cfg, "renderer", "bank") == "v04" else 0
+    top = cfg.v04.margin_px if cfg.renderer == "v04" else 0
     m = max(2, cs // 4)
     n = len(x)
     grid = x[:, top : top + 9 * cs, top : top + 9 * cs].reshape(n, 9, cs, 9, cs).transpose(0, 1, 3, 2, 4)

@@ -1,0 +1,118 @@
+"""Typed knobs of concept-benchmark 0.4's board drawing (``data.renderer=v04``, ``data.v04.*``).
+
+Defaults are 0.4.1's (``concept_benchmark/synthetic/sudoku/__init__.py`` ``image_transform`` and
+``handwriting.py``): boards drawn at 50 px per cell with a 2 px margin at the target size, 35%
+printed starters, 22% of the other cells seeding a candidate-bubble pair, handwriting in blue ink
+with rotation ±15°, offset ±1/4 of the glyph canvas, scale 0.8–1.2, blur in {0, 0, 0, 0.5, 1},
+30% of glyphs 1 px thicker or thinner, 50% elastically warped (alpha 5–15, sigma 2–4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+#: Where the handwriting's shapes come from: this project's stroke glyphs, or a font file.
+HANDWRITING = ("strokes", "font")
+
+
+@dataclass
+class V04Render:
+    """0.4's per-board drawing. Every random choice is a hash of the board's render seed.
+
+    Attributes
+    ----------
+    draw_cell_px : cell size the board is drawn at before the LANCZOS resize to ``cell_size``.
+    margin_px : white margin around the grid at the target size (0.4: 2; 94 px boards at 10 px).
+    starter_share : share of cells drawn as printed starters (Pillow's font, ``starter_ink``).
+    bubble_share : share of the handwritten cells that seed a candidate bubble with a handwritten
+        neighbour (both cells get a wobbly circle with the pair's digits, small, in the top-left corner).
+    handwriting : ``strokes`` (this project's stroke skeletons, ``synthetic.sudoku.glyphs``) or
+        ``font`` (a handwriting font: ``font_file``, or else the Pecita font of an installed
+        concept-benchmark package; nothing is copied into this repository).
+    font_file : path of a TrueType / OpenType font for ``handwriting=font``.
+    stroke_em : pen width of the stroke glyphs in em (Pecita's strokes: about 0.065 em).
+    ink, starter_ink : grey level of the handwriting (the luma of 0.4's blue ink (26, 71, 180)) and
+        of the printed starters ((30, 30, 30)).
+    rotation_deg : rotations drawn uniformly in ``[-rotation_deg, rotation_deg]``.
+    offset : offsets drawn uniformly in ``[-offset, offset]`` of the glyph canvas (0.4: 1/4).
+    scale : font scale range ``[lo, hi]``.
+    blur : blur radii (px at the drawing canvas) chosen uniformly (repeats weight a value).
+    thickness_prob : share of glyphs drawn 1 px thicker or thinner (half each).
+    elastic_prob, elastic_alpha, elastic_sigma : share of glyphs warped elastically, and the
+        warp's strength and smoothness ranges ``[lo, hi]`` in px.
+    """
+
+    draw_cell_px: int = 50
+    margin_px: int = 2
+    starter_share: float = 0.35
+    bubble_share: float = 0.22
+    handwriting: str = "strokes"
+    font_file: str | None = None
+    stroke_em: float = 0.065
+    ink: int = 70
+    starter_ink: int = 30
+    rotation_deg: float = 15.0
+    offset: float = 0.25
+    scale: list[float] = field(default_factory=lambda: [0.8, 1.2])
+    blur: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.5, 1.0])
+    thickness_prob: float = 0.3
+    elastic_prob: float = 0.5
+    elastic_alpha: list[float] = field(default_factory=lambda: [5.0, 15.0])
+    elastic_sigma: list[float] = field(default_factory=lambda: [2.0, 4.0])
+
+    def __post_init__(self) -> None:
+        def bad(msg: str) -> None:
+            raise ValueError(f"SudokuConfig: v04.{msg}")
+
+        def integer(name: str, lo: int, hi: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                bad(f"{name}={v!r} must be an integer in {lo}..{hi}")
+
+        def number(name: str, lo: float, hi: float) -> float:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
+                bad(f"{name}={v!r} must be a number in [{lo}, {hi}]")
+            return float(v)
+
+        def span(name: str, lo: float, hi: float) -> None:
+            v = list(getattr(self, name))
+            if len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v) or not lo <= v[0] <= v[1] <= hi:
+                bad(f"{name}={v!r} must be [lo, hi] with {lo} <= lo <= hi <= {hi}")
+            setattr(self, name, [float(x) for x in v])
+
+        integer("draw_cell_px", 20, 200)
+        integer("margin_px", 0, 32)
+        integer("ink", 0, 254)
+        integer("starter_ink", 0, 254)
+        for name in ("starter_share", "bubble_share", "thickness_prob", "elastic_prob"):
+            setattr(self, name, number(name, 0.0, 1.0))
+        self.stroke_em = number("stroke_em", 0.005, 0.3)
+        self.rotation_deg = number("rotation_deg", 0.0, 90.0)
+        self.offset = number("offset", 0.0, 0.5)
+        span("scale", 0.1, 4.0)
+        span("elastic_alpha", 0.0, 100.0)
+        span("elastic_sigma", 0.5, 20.0)
+        blur = list(self.blur)
+        if not blur or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 10 for x in blur):
+            bad(f"blur={blur!r} must be a non-empty list of radii in [0, 10]")
+        self.blur = [float(x) for x in blur]
+        if self.handwriting not in HANDWRITING:
+            bad(f"handwriting must be one of {list(HANDWRITING)}, got {self.handwriting!r}")
+        if self.font_file is not None and (not isinstance(self.font_file, str) or not self.font_file.strip()):
+            bad(f"font_file={self.font_file!r} must be a path (or null)")
+        if self.handwriting == "strokes" and self.font_file is not None:
+            bad("font_file is read only with handwriting=font")
+
+    @classmethod
+    def coerce(cls, value: Any) -> V04Render:
+        """From a mapping (YAML, OmegaConf, ``from_dict``); unknown keys fail with one line."""
+        if isinstance(value, cls):
+            return value
+        d = dict(value or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"SudokuConfig: unknown v04 keys {unknown}; expected a subset of {sorted(names)}")
+        return cls(**d)
