@@ -149,6 +149,8 @@ class SudokuConfig:
             if off:
                 bad(f"renderer=v04 draws 9x9 boards its own way (handwriting, starters, bubbles): {off[0]}="
                     f"{getattr(self, off[0])!r} does not apply (needs {drawn[off[0]]!r})")  # fmt: skip
+            if self.v04.handwriting == "font":
+                self.v04.font()  # a missing font is one line now, not a failure when the boards are drawn
         if not 0.0 <= float(self.pencil_prob) <= 1.0:
             bad(f"pencil_prob={self.pencil_prob} must lie in [0, 1]")
         if not isinstance(self.pencil_max, int) or not 1 <= self.pencil_max <= 8:

@@ -105,6 +105,26 @@ class V04Render:
         if self.handwriting == "strokes" and self.font_file is not None:
             bad("font_file is read only with handwriting=font")
 
+    def font(self) -> str:
+        """The font file of ``handwriting=font``: ``font_file``, else the Pecita font an installed
+        concept-benchmark package ships (``concept_benchmark/data/fonts/Pecita.otf``, SIL OFL; read
+        where it is installed, never copied here). One line when there is none."""
+        import importlib.util
+        from pathlib import Path
+
+        if self.font_file is not None:
+            path = Path(self.font_file).expanduser()
+            if not path.is_file():
+                raise ValueError(f"SudokuConfig: v04.font_file={self.font_file!r} is not a file")
+            return str(path)
+        spec = importlib.util.find_spec("concept_benchmark")
+        origin = None if spec is None or not spec.submodule_search_locations else list(spec.submodule_search_locations)[0]
+        path = None if origin is None else Path(origin) / "data" / "fonts" / "Pecita.otf"
+        if path is None or not path.is_file():
+            raise ValueError("SudokuConfig: v04.handwriting=font needs v04.font_file, or concept-benchmark installed "
+                             "(its Pecita font, pip install concept-benchmark==0.4.1 --no-deps)")  # fmt: skip
+        return str(path)
+
     @classmethod
     def coerce(cls, value: Any) -> V04Render:
         """From a mapping (YAML, OmegaConf, ``from_dict``); unknown keys fail with one line."""

@@ -164,7 +164,7 @@ def draw_glyphs(digits: np.ndarray, u: np.ndarray, tile: int, cfg, chunk: int = 
         return out
     if u.shape != (n, N_UNIFORMS):
         raise ValueError(f"draw_glyphs: need uniforms [{n}, {N_UNIFORMS}], got {u.shape}")
-    font = cfg.font_file if cfg.handwriting == "font" else None
+    font = cfg.font() if cfg.handwriting == "font" else None
     at = atlas(cfg.handwriting, float(cfg.stroke_em), font)
     for a in range(0, n, chunk):
         b = min(n, a + chunk)

@@ -110,6 +110,7 @@ def test_glyphs_are_a_function_of_their_uniforms():
         ({"renderer": "v04", "style": "handwritten", "v04": {"stroke": 1}}, "unknown v04 keys ['stroke']"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"font_file": "x.otf"}}, "font_file is read only with handwriting=font"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"blur": []}}, "blur=[] must be a non-empty list"),
+        ({"renderer": "v04", "style": "handwritten", "v04": {"handwriting": "font", "font_file": "/no/such.otf"}}, "is not a file"),
     ],
 )
 def test_bad_knobs_fail_in_one_line(kw, msg):
