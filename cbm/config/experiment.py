@@ -21,6 +21,8 @@ from cbm.config.validate import ConfigError, check_budgets, to_dataclass
 
 #: How cells start (``launcher``).
 LAUNCHERS = ("fork", "spawn")
+#: ``data_seed``: what every cell's ``data.seed`` is.
+DATA_SEEDS = ("fixed", "seed")
 #: Setting and model names become directory names (and :func:`check_component` holds for them).
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -129,6 +131,10 @@ class ExperimentConfig:
     cache_dir: str | None = ".cache/cbm"
     #: Seeds of every cell: a count (``seeds=10``: 0..9) or a list (``'seeds=[0,3,7]'``).
     seeds: Any = field(default_factory=lambda: [0])
+    #: ``fixed``: every seed trains on the data the settings give (``data.seed`` as set there; the
+    #: SE over seeds is training noise only); ``seed``: each cell's ``data.seed`` is its seed (new
+    #: labels, splits and renders per seed, as concept-benchmark 0.4.1 redraws them).
+    data_seed: str = "fixed"
     #: Training cells run side by side (each gets cores // jobs threads).
     jobs: int = 1
     #: How a cell starts: ``fork`` from one interpreter that imported torch and Lightning once (a
@@ -150,7 +156,8 @@ class ExperimentConfig:
     automate: AutomateStage | None = None
     #: Paired differences over seeds shown in the report (Gain is always paired with its black box).
     compare: Compare = field(default_factory=Compare)
-    #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``.
+    #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``; the
+    #: ``interventions`` numbers stand beside the oracle rows of ``policy`` (default ``random``).
     paper: dict[str, Any] = field(default_factory=dict)
     #: Log every cell and the report to Weights & Biases, one group (the experiment's name).
     wandb: bool = False
@@ -169,6 +176,8 @@ class ExperimentConfig:
                 if not NAME.match(str(n)):
                     raise ValueError(f"{where}: '{n}' is not usable as a directory name (letters, digits, _ . -)")
         self.seeds = resolve_seeds(self.seeds)
+        if self.data_seed not in DATA_SEEDS:
+            raise ValueError(f"data_seed must be one of {list(DATA_SEEDS)}, got '{self.data_seed}'")
         if self.launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {list(LAUNCHERS)}, got '{self.launcher}'")
         if self.jobs < 1:

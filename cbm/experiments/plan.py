@@ -158,7 +158,8 @@ def plan(cfg: ExperimentConfig, search_path: list[str] | None = None) -> list[Ce
             for seed in cfg.seeds:
                 d = root / setting / model / f"seed{seed}" / "train"
                 # the most specific last: a model's own overrides win over the experiment-wide `train`
-                over = [*s_over, *cfg.train, *m_over, f"seed={seed}", *cache, f"hydra.run.dir={d}"]
+                data_seed = [f"data.seed={seed}"] if cfg.data_seed == "seed" else []
+                over = [*s_over, *cfg.train, *m_over, f"seed={seed}", *data_seed, *cache, f"hydra.run.dir={d}"]
                 if covers_oracle_table(cfg) and model != cfg.blackbox:
                     over.insert(-1, f"{ORACLE_TABLE}[]")
                 cell = Cell("train", setting, model, seed, d, over)

@@ -139,6 +139,7 @@ def intervention_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tup
             for pol in res.get("meta", {}).get("config", {}).get("policy", {}):
                 na[(cell["setting"], cell["model"], name, pol)] = why
     paper_t = paper.get("interventions", {})
+    paper_policy = paper.get("policy", "random")  # the policy that chose the paper's interventions
     rows: list[dict[str, Any]] = []
     for setting in dict.fromkeys(k[0] for k in [*acc, *na]):
         if setting in bb:
@@ -157,7 +158,7 @@ def intervention_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tup
                 row.update({f"acc k={k}": mean_se(acc[key].get(k, [])) for k in labels})
                 if key in gain:
                     row.update({f"Gain k={k}": mean_se(gain[key].get(k, []), signed=True) for k in labels})
-            if key[2] == "oracle" and key[3] == "random":  # the paper's numbers are oracle interventions
+            if key[2] == "oracle" and key[3] == paper_policy:  # the paper's numbers are oracle interventions
                 row = _with_paper(row, paper_t.get(setting, {}).get(key[1], {}))
             rows.append(row)
     cols = ["setting", "model", "intervener", "policy", "seeds", *[f"acc k={k}" for k in labels]]

@@ -191,6 +191,20 @@ def test_seeds_as_a_count_or_a_list(tmp_path):
             typed("+experiment=alignment_smoke", f"output_dir={tmp_path}", bad)
 
 
+def test_data_seed_follows_the_seed_when_asked(tmp_path):
+    """``data_seed=seed``: every training cell's data.seed is its seed (paper_v04_robot: 1014-1023, new
+    labels and split per seed, one black box per seed still serving both concept sets); ``fixed``
+    (the default) leaves data.seed to the settings."""
+    c = typed("+experiment=paper_v04_robot", f"output_dir={tmp_path}")
+    assert c.seeds == list(range(1014, 1024)) and c.data_seed == "seed"
+    trains = [x for x in plan(c) if x.stage == "train"]
+    assert len(trains) == 10 * 3 and all(f"data.seed={x.seed}" in x.overrides for x in trains)
+    fixed = typed("+experiment=paper_v04_robot_ours", f"output_dir={tmp_path}")
+    assert fixed.data_seed == "fixed" and not any("data.seed=" in o for x in plan(fixed) for o in x.overrides)
+    with pytest.raises(ConfigError, match="data_seed must be one of"):
+        typed("+experiment=paper_v04_robot_smoke", f"output_dir={tmp_path}", "data_seed=row")
+
+
 def test_one_black_box_per_seed_serves_every_concept_set(tmp_path):
     cells = plan(typed("+experiment=robot_decision_support", f"output_dir={tmp_path}", "seeds=2"))
     boxes = [c.key for c in cells if c.stage == "train" and c.model == "blackbox"]
@@ -308,7 +322,7 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         from cbm.training.checkpoint import read_checkpoint
 
         for model, ok in (("cbm", lambda w: w < -1.0), ("cbm_aligned", lambda w: w == 0.0)):
-            ck = read_checkpoint(root / "true" / model / "seed0" / "train" / "checkpoints" / "best.ckpt")
+            ck = read_checkpoint(root / "true" / model / "seed1014" / "train" / "checkpoints" / "best.ckpt")  # 0.4.1's first seed
             w = ck["state_dict"]["head.weight"]
             knees = ck["hyper_parameters"]["data"]["concept_names"].index("knees")
             assert ok(float(w[1, knees] - w[0, knees])), (model, w)
