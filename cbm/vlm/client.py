@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from cbm.core.clients import CLIENT_NEED, FACTORY_KIND, client_factory  # noqa: F401 (the names the VLM wing's users know)
 from cbm.core.concurrency import drain
 from cbm.core.progress import progress_bar_wanted
-from cbm.core.targets import MARK_ATTR, mark
 from cbm.vlm.cache import ReplyCache, cache_key
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.endpoint import normalise
@@ -175,23 +175,21 @@ class ChatClient:
             self.cache.put(key, {"endpoint": self.endpoint, "model": self.cfg.model, "scores": scores})
         return scores
 
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> ClientConfig:
+        """The settings a config gives this client, validated (:mod:`cbm.core.clients`)."""
+        return ClientConfig.from_mapping(settings)
+
+    @classmethod
+    def from_settings(cls, **settings: Any) -> ChatClient:
+        """This client built from plain settings (``ClientConfig`` fields)."""
+        return cls(ClientConfig.from_mapping(settings))
+
     def ask(self, prompt: str, image: Any | None = None) -> str:
         """The ``llm`` intervener's interface: one user turn (with the image if given) -> reply text."""
         return self.chat(self.messages(prompt, [] if image is None else [image])).text
 
 
-F = TypeVar("F")
-#: The kind :func:`client_factory` marks (:func:`cbm.core.targets.mark`).
-FACTORY_KIND = "client_factory"
-#: The attribute :func:`client_factory` sets: the ``llm`` intervener calls a user-named callable only if it carries it.
-FACTORY_MARK = MARK_ATTR.format(FACTORY_KIND)
-#: Mark a function or class as a client factory that a config may name
-#: (``intervener.llm.client=module:name``) and that is called with the config's ``client_kwargs``.
-#: A config never gets an unmarked callable called (``os:system``, ``subprocess:Popen``...).
-client_factory: Callable[[F], F] = mark(FACTORY_KIND)
-#: What ``intervener.llm.client`` must name (in refusals).
-CLIENT_NEED = ("a client factory (cbm.vlm.client:make_client, a ChatClient subclass, or a function marked "
-               "@cbm.vlm.client.client_factory)")  # fmt: skip
 client_factory(ChatClient)  # the class itself is a factory too (built from client_kwargs as settings)
 
 
@@ -200,3 +198,6 @@ def make_client(**settings: Any) -> ChatClient:
     """A :class:`ChatClient` from plain settings (``ClientConfig`` fields): the factory the ``llm``
     intervener's ``client: cbm.vlm.client:make_client`` names, with ``client_kwargs`` as settings."""
     return ChatClient(ClientConfig.from_mapping(settings))
+
+
+make_client.check_settings = ClientConfig.from_mapping  # type: ignore[attr-defined]  # run before the command starts

@@ -33,10 +33,10 @@ import numpy as np
 import yaml
 
 from cbm.core.atomic import write_text_atomic
+from cbm.core.tags import ParseError, parse_tag
 from cbm.vlm.client import ChatClient, Messages
 from cbm.vlm.messages import image_part
 from cbm.vlm.reply import Reply
-from cbm.vlm.tags import ParseError, parse_tag
 from synthetic.base import SyntheticData
 from synthetic.robot.concepts import Concept, ExpressionError, check_expression, load_concept_set
 

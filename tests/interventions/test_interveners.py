@@ -158,6 +158,12 @@ def test_parse_answers_and_bad_config():
     reply = '<answer concept="knees">Yes.</answer> <ANSWER concept=\'mouth_closed\'> no </ANSWER> <answer concept="foot_pointy">perhaps</answer>'
     assert parse_answers(reply, NAMES) == {"knees": 1.0, "mouth_closed": 0.0}
     assert parse_answers('<answer concept="knees">yes</answer><answer concept="knees">no</answer>', NAMES) == {}
+    # what real models write, read by the shared reply parser: reasoning dropped, markup and
+    # sentences read, a negated or two-sided value no answer
+    real = ('<think>maybe <answer concept="knees">no</answer></think>\n```xml\n<answer concept="knees">**Yes**</answer>\n'
+            '<answer concept="mouth_closed">The answer is no.</answer>\n```\n<answer concept="foot_pointy">yes or no</answer>'
+            '&lt;answer concept="head_round"&gt;absent&lt;/answer&gt;')
+    assert parse_answers(real, [*NAMES, "head_round"]) == {"knees": 1.0, "mouth_closed": 0.0, "head_round": 0.0}
     with pytest.raises(ValueError, match="on_unparseable"):
         LLMIntervener(FakeClient({}), NAMES, on_unparseable="ignore")
     with pytest.raises(ValueError, match="unknown concept"):

@@ -7,7 +7,7 @@ import pytest
 
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_verdict
 from cbm.vlm.icl.parse import parse_reply
-from cbm.vlm.tags import clean_reply, parse_choice, parse_score
+from cbm.core.tags import clean_reply, parse_choice, parse_score
 
 OPTIONS = ["Glorp", "Drent"]
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from cbm.core.tags import clean_reply, match_option
 from cbm.interventions.interveners.base import Batch
 
 if TYPE_CHECKING:
@@ -37,24 +38,27 @@ class LLMAnswerError(ValueError):
 
 
 _ANSWER = re.compile(r"<answer\s+concept\s*=\s*[\"']([^\"']+)[\"']\s*>\s*(.*?)\s*</answer\s*>", re.IGNORECASE | re.DOTALL)
-_YES = {"yes", "y", "true", "1", "present"}
-_NO = {"no", "n", "false", "0", "absent"}
+#: The words read as yes and no (:func:`cbm.core.tags.match_option` also takes "**Yes**", "Yes.",
+#: "The answer is no"); a value naming neither, or both, is no answer.
+YES_NO_ALIASES = {"y": "yes", "true": "yes", "1": "yes", "present": "yes", "n": "no", "false": "no", "0": "no", "absent": "no"}
 
 
 def parse_answers(reply: str, names: Sequence[str]) -> dict[str, float]:
-    """The yes/no answers found in ``reply`` for ``names`` (1.0 / 0.0); concepts without a
-    well-formed ``<answer concept="name">yes|no</answer>`` tag, or tagged twice with
-    different answers, are left out."""
+    """The yes/no answers found in ``reply`` for ``names`` (1.0 / 0.0), read by the project's one reply
+    parser (:mod:`cbm.core.tags`: reasoning blocks, code fences and escaped tags dropped first, values
+    read as a person would); concepts without a readable ``<answer concept="name">yes|no</answer>`` tag,
+    or tagged twice with different answers, are left out."""
     wanted = set(names)
     found: dict[str, float] = {}
     clash: set[str] = set()
-    for name, raw in _ANSWER.findall(reply or ""):
-        name, word = name.strip(), raw.strip().strip(".").lower()
+    for name, raw in _ANSWER.findall(clean_reply(reply)):
+        name = name.strip()
         if name not in wanted:
             continue
-        value = 1.0 if word in _YES else 0.0 if word in _NO else None
-        if value is None:
+        word, _ = match_option(raw, ("yes", "no"), YES_NO_ALIASES)
+        if word is None:
             continue
+        value = 1.0 if word == "yes" else 0.0
         if name in found and found[name] != value:
             clash.add(name)
         found[name] = value
@@ -86,7 +90,7 @@ class LLMIntervener:
     @dataclass
     class Config:
         #: ``module:callable`` returning an object with ``ask(prompt, image=None) -> str``: a
-        #: ChatClient subclass or a factory marked with ``@cbm.vlm.client.client_factory``
+        #: ChatClient subclass or a factory marked with ``@cbm.core.clients.client_factory``
         #: (e.g. ``cbm.vlm.client:make_client``); anything else is refused before it is called.
         client: str | None = None
         #: Keyword arguments for ``client`` (a ChatClient subclass gets them as ``ClientConfig`` settings).
@@ -207,54 +211,16 @@ class LLMIntervener:
         return values
 
 
-def resolve_client(spec: str) -> Any:
-    """The client factory ``spec`` (``module:name``) names: imported and checked, never called
-    (:func:`cbm.core.targets.resolve`). Only a :class:`cbm.vlm.client.ChatClient` subclass or a
-    function / class marked with :func:`cbm.vlm.client.client_factory` is accepted (the mark read
-    statically: ``__getattr__`` cannot fake it): a config must not get an arbitrary callable
-    (``os:system``, ``subprocess:Popen``) called with its ``client_kwargs``."""
-    from cbm.core.targets import resolve
-    from cbm.vlm.client import CLIENT_NEED, FACTORY_KIND, ChatClient
-
-    return resolve(spec, "llm.client", kinds=(ChatClient,), mark=FACTORY_KIND, need=CLIENT_NEED)
-
-
-def _takes_client_settings(factory: Any) -> bool:
-    """The factory is built from :class:`cbm.vlm.config.ClientConfig` settings (so they can be
-    validated before anything runs)."""
-    from cbm.vlm.client import ChatClient, make_client
-
-    return factory is make_client or (isinstance(factory, type) and issubclass(factory, ChatClient))
-
-
 def check_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
-    """The checked factory (:func:`resolve_client`); ``kwargs`` validated too when they are
-    client settings (a bad URL, a key bound for plain http: one line at start)."""
-    factory = resolve_client(spec)
-    if _takes_client_settings(factory):
-        from cbm.vlm.config import ClientConfig
+    """The checked factory ``spec`` names (:func:`cbm.core.clients.check_client`): a marked client
+    factory, its ``client_kwargs`` validated by its own settings check before anything runs."""
+    from cbm.core.clients import check_client as check
 
-        try:
-            ClientConfig.from_mapping(dict(kwargs))
-        except ValueError as err:
-            raise ValueError(f"llm.client_kwargs: {err}") from None
-    return factory
+    return check(spec, kwargs, "llm.client", "llm.client_kwargs")
 
 
 def load_client(spec: str, kwargs: Mapping[str, Any]) -> Any:
-    """The client ``spec`` builds from ``kwargs`` (checked first by :func:`check_client`; it must have ``ask``)."""
-    factory = check_client(spec, kwargs)
-    from cbm.vlm.client import ChatClient
-    from cbm.vlm.config import ClientConfig
+    """The client ``spec`` builds from ``kwargs`` (checked first; it must have ``ask``)."""
+    from cbm.core.clients import build_client
 
-    try:
-        if isinstance(factory, type) and issubclass(factory, ChatClient):
-            client = factory(ClientConfig.from_mapping(dict(kwargs)))
-        else:
-            client = factory(**dict(kwargs))
-    except TypeError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"llm.client: '{spec}'(**llm.client_kwargs) failed: {first}") from None
-    if not callable(getattr(client, "ask", None)):
-        raise ValueError(f"llm.client: '{spec}' returned a {type(client).__name__}, not a client with ask(prompt, image=None)")
-    return client
+    return build_client(spec, kwargs, "llm.client", "llm.client_kwargs")

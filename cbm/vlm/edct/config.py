@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.core.tags import REASK_PROMPT
 from cbm.core.validation import check_fields, nested, within_split
 from cbm.vlm.config import ClientConfig
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
-from cbm.vlm.tags import REASK_PROMPT
 from cbm.vlm.templates import check_template
 
 ANSWER_MODES = ("generate", "score")

@@ -7,8 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cbm.vlm.editors.base import EditInstruction
-from cbm.vlm.tags import (
+from cbm.core.tags import (
     REFUSAL,
     ParseError,
     TagResult,
@@ -21,6 +20,7 @@ from cbm.vlm.tags import (
     tolerant_value,
     unclosed_value,
 )
+from cbm.vlm.editors.base import EditInstruction
 
 _CONCEPT = re.compile(r"<concept\b[^>]*>(.*?)</concept\s*>", re.IGNORECASE | re.DOTALL)
 _EDIT = re.compile(r"<edit\b[^>]*>(.*?)</edit\s*>", re.IGNORECASE | re.DOTALL)

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.tags import clean_reply, labelled_value, read_score, tag_blocks
+from cbm.core.tags import clean_reply, labelled_value, read_score, tag_blocks
 
 #: The nine metrics, in table order.
 METRICS: tuple[str, ...] = (

@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from cbm.vlm.tags import clean_reply, declines, match_option, tag_blocks, tolerant_value
+from cbm.core.tags import clean_reply, declines, match_option, tag_blocks, tolerant_value
 
 ERROR_KINDS = ("missing", "unclosed", "orphan", "not_in_options", "extra_tags", "refused")
 #: The tags each condition asks for.

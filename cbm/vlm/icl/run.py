@@ -31,6 +31,7 @@ import numpy as np
 from cbm.core.atomic import savefig_atomic, write_csv_atomic, write_json_atomic, write_text_atomic
 from cbm.core.safe_paths import check_component, inside, slug
 from cbm.core.tables import markdown_table
+from cbm.core.tags import REASK_PROMPT
 from cbm.core.validation import conforms
 from cbm.vlm.icl import dl, stats
 from cbm.vlm.icl.config import ICLConfig
@@ -51,7 +52,6 @@ from cbm.vlm.icl.parse import (
 from cbm.vlm.messages import user_message
 from cbm.vlm.reply import ChatError
 from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
-from cbm.vlm.tags import REASK_PROMPT
 
 Messages = list[dict[str, Any]]
 log = logging.getLogger("cbm.vlm")
