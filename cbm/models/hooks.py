@@ -14,7 +14,7 @@ generic defaults: an architecture overrides a hook only when it can answer faste
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -151,3 +151,48 @@ class InterventionHooks:
         mask = pairs.mask.expand(b, p, m).reshape(b * p, m)
         values = pairs.values.expand(b, p, m).reshape(b * p, m).to(state.probs.dtype)
         return self.predict(self.intervene(rows, mask, values)).view(b, p, -1)  # type: ignore[attr-defined]
+
+
+# ----------------------------------------------------------------------------- chunked evaluation
+def trim_state(model, state: ConceptState) -> ConceptState:
+    """``state`` without the extras that ``intervene`` / ``predict`` never read (the model's
+    ``intervention_extras`` hook); saves memory when rows are expanded."""
+    keep = model.intervention_extras()
+    if keep is None:
+        return state
+    return replace(state, extras={k: v for k, v in state.extras.items() if k in keep})
+
+
+def state_row_bytes(state: ConceptState) -> int:
+    """Rough bytes one expanded row of ``state`` costs through intervene + predict."""
+    per = 0
+    for t in (state.logits, state.probs, state.intervened, state.uncertainty, *state.extras.values()):
+        if t is not None:
+            per += t[0].numel() * t.element_size() if t.shape[0] else 0
+    m = state.probs.shape[1]
+    return 3 * per + 16 * m + 64
+
+
+def batch_step(n_rows_per_example: int, bytes_per_row: int, chunk_mb: float) -> int:
+    """Examples per chunk so that ``n_rows_per_example`` rows of ``bytes_per_row`` fit ``chunk_mb``."""
+    return max(1, int(chunk_mb * 2**20) // max(1, n_rows_per_example * bytes_per_row))
+
+
+def single_concept_logits(model, state: ConceptState, chunk_mb: float = 256.0) -> Tensor:
+    """``[B, m, 2, C]``: the task logits of every example with concept ``i`` set to ``v`` (0, 1) on
+    top of ``state`` (the other concepts as they are)."""
+    b, m = state.batch_size, state.n_concepts
+    dev = state.probs.device
+    members = torch.arange(m, device=dev).repeat_interleave(2)[None, :, None]  # [1, 2m, 1]: concept
+    bits = torch.arange(2, device=dev).repeat(m)[None, :, None]  # [1, 2m, 1]: value
+    mask = torch.zeros(1, 2 * m, m, dtype=torch.bool, device=dev).scatter_(2, members, True)
+    values = torch.zeros(1, 2 * m, m, dtype=state.probs.dtype, device=dev).scatter_(2, members, bits.to(state.probs.dtype))
+    pairs = PairBlock(mask, values, members, bits)
+    st = trim_state(model, state)
+    step = batch_step(2 * m, model.pair_bytes(st) or state_row_bytes(st), chunk_mb)
+    with torch.no_grad():
+        if step >= b:
+            out = model.pair_logits(st, pairs)
+        else:
+            out = torch.cat([model.pair_logits(st.index(slice(e, e + step)), pairs) for e in range(0, b, step)])
+    return out.view(b, m, 2, -1)

@@ -24,11 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from cbm.interventions.policies.imitation import PolicyNet, greedy_targets, imitation_loss
-from cbm.interventions.policies.learned import MODEL_ATTR
 from cbm.models.base import Batch
 from cbm.models.cem import CEM
 from cbm.models.config import IntCEMConfig
+from cbm.models.policy_net import MODEL_ATTR, PolicyNet, greedy_targets, imitation_loss
 from cbm.models.state import ConceptState
 
 #: Where ``task_logits_for_training`` leaves a batch's starting interventions for ``extra_losses``.

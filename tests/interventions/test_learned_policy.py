@@ -9,7 +9,7 @@ import torch
 
 from cbm.interventions import OracleIntervener
 from cbm.interventions.engine import run_grid
-from cbm.interventions.policies.imitation import PolicyNet, greedy_targets, random_start, sequential_select
+from cbm.models.policy_net import PolicyNet, greedy_targets, random_start, sequential_select
 from cbm.interventions.policies.learned import LearnedPolicy
 from cbm.interventions.policies.random import RandomPolicy
 from cbm.interventions.registry import BuildContext, build
@@ -120,7 +120,7 @@ def test_the_fitted_policy_asks_the_one_concept_that_decides_first():
 
 
 def test_stakes_weight_the_imitation_and_zero_stakes_teach_nothing():
-    from cbm.interventions.policies.imitation import imitation_loss
+    from cbm.models.policy_net import imitation_loss
 
     net = PolicyNet(M)
     probs, asked = torch.rand(8, M), torch.zeros(8, M, dtype=torch.bool)

@@ -87,7 +87,7 @@ def expected_change(model, state: ConceptState, chunk_mb: float = 256.0) -> Tens
     """``[B, m]``: ``| sum_v P(c_i = v) p(ŷ | do(c_i = v)) - p(ŷ) |`` (the predicted class ``ŷ``)."""
     import torch
 
-    from cbm.interventions.policies.effects import single_concept_logits
+    from cbm.models.hooks import single_concept_logits
 
     with torch.no_grad():
         now = torch.softmax(model.predict(state).float(), dim=1)  # [B, C]

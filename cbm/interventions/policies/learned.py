@@ -28,18 +28,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cbm.interventions.policies.base import available_concepts, concept_mask
+from cbm.models.policy_net import MODEL_ATTR, PolicyNet, sequential_select
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.policies.imitation import PolicyNet
     from cbm.interventions.registry import BuildContext
     from cbm.models.state import ConceptState
 
 SOURCES = ("auto", "model", "fit")
 WEIGHTINGS = ("stakes", "uniform")
 #: Where a model keeps the policy it trained with (an IntCEM's ``psi``).
-MODEL_ATTR = "intervention_policy"
 
 
 class LearnedPolicy:
@@ -88,7 +87,7 @@ class LearnedPolicy:
     def prepare(self, model, batch: dict[str, Any]) -> None:
         """Take the model's own ``psi`` (an IntCEM's) or fit one on ``batch`` (the validation split)."""
         from cbm.interventions.engine import model_device
-        from cbm.interventions.policies.imitation import PolicyNet, fit_policy
+        from cbm.interventions.policies.imitation import fit_policy
 
         own = getattr(model, MODEL_ATTR, None)
         if self.cfg.source == "model" and not isinstance(own, PolicyNet):
@@ -102,7 +101,6 @@ class LearnedPolicy:
     def select(self, model, state: ConceptState, k: int) -> Tensor:
         if self.net is None:
             raise ValueError("intcem policy: call prepare(model, validation_batch) first (the commands do)")
-        from cbm.interventions.policies.imitation import sequential_select
 
         avail = available_concepts(state, self.allowed)
         return sequential_select(self.net, state.probs, state.intervened, avail, k)

@@ -3,36 +3,11 @@ state trimmed to what interventions read, and chunk sizes that bound memory."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
+from cbm.models.hooks import batch_step, state_row_bytes, trim_state  # noqa: F401 (the evaluations import them from here too)
 from cbm.models.state import ConceptState
-
-
-def trim_state(model, state: ConceptState) -> ConceptState:
-    """``state`` without the extras that ``intervene`` / ``predict`` never read (the model's
-    ``intervention_extras`` hook); saves memory when rows are expanded."""
-    keep = model.intervention_extras()
-    if keep is None:
-        return state
-    return replace(state, extras={k: v for k, v in state.extras.items() if k in keep})
-
-
-def state_row_bytes(state: ConceptState) -> int:
-    """Rough bytes one expanded row of ``state`` costs through intervene + predict."""
-    per = 0
-    for t in (state.logits, state.probs, state.intervened, state.uncertainty, *state.extras.values()):
-        if t is not None:
-            per += t[0].numel() * t.element_size() if t.shape[0] else 0
-    m = state.probs.shape[1]
-    return 3 * per + 16 * m + 64
-
-
-def batch_step(n_rows_per_example: int, bytes_per_row: int, chunk_mb: float) -> int:
-    """Examples per chunk so that ``n_rows_per_example`` rows of ``bytes_per_row`` fit ``chunk_mb``."""
-    return max(1, int(chunk_mb * 2**20) // max(1, n_rows_per_example * bytes_per_row))
 
 
 class Additive:
