@@ -1,10 +1,10 @@
-"""When to draw progress bars: the one rule every command and tool shares."""
-
-from __future__ import annotations
+"""Deprecated alias: ``cbm.progress`` moved to :mod:`cbm.core.progress` (the ground floor, ``cbm.core``); this
+name is the same module for one more release (see CHANGELOG)."""
 
 import sys
+import warnings
 
+from cbm.core import progress as _moved
 
-def progress_bar_wanted(setting: bool | str | None) -> bool:
-    """``auto`` or ``None``: a progress bar only when stderr is a terminal (no carriage-return spam in logs)."""
-    return sys.stderr.isatty() if setting in ("auto", None) else bool(setting)
+warnings.warn("cbm.progress moved to cbm.core.progress", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _moved
