@@ -127,6 +127,18 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return write_bytes_atomic(path, text.encode())
 
 
+def json_ready(obj: Any) -> Any:
+    """``obj`` with arrays and array scalars (numpy, torch: anything with ``tolist``) as plain lists
+    and numbers, through nested dicts and lists."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_ready(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, str | bytes):
+        return obj.tolist()
+    return obj
+
+
 def write_json_atomic(path: str | Path, obj: Any) -> Path:
     """JSON with sorted keys (numpy / torch scalars as floats)."""
     return write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=float) + "\n")

@@ -85,10 +85,10 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     """Evaluate the configured grid; write results into ``output_dir`` and return them."""
     import torch
 
+    from cbm.interventions.context import BuildContext
     from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
-    from cbm.interventions.registry import BuildContext
     from cbm.training.checkpoint import load_run
 
     c = cfg if isinstance(cfg, InterveneConfig) else validate(cfg)

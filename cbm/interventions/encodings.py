@@ -33,7 +33,7 @@ def fit_levels(model, batches: Iterable[dict[str, Tensor]], cfg: EncodingConfig)
     ``binary`` (the answers go through unchanged)."""
     if cfg.kind == "binary":
         return None
-    from cbm.interventions.engine import model_device, to_device
+    from cbm.models.devices import model_device, to_device
 
     device = model_device(model)
     probs, labels = [], []

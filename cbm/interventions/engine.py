@@ -37,6 +37,7 @@ from cbm.core.tables import markdown_table
 from cbm.interventions.encodings import encode_values
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
+from cbm.models.devices import model_device, to_device  # noqa: F401 (the engine's callers import them from here too)
 
 #: Columns of ``results.csv`` (and the keys of each row).
 COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
@@ -45,19 +46,6 @@ PolicyLike = Policy | Callable[[], Policy]
 #: The engine sees all the data it scores: its metrics never synchronise across processes
 #: (after a DDP run only rank zero evaluates interventions).
 LOCAL = {"sync_on_compute": False}
-
-
-def model_device(model) -> torch.device:
-    """The device of the model's parameters (CPU for parameter-less models)."""
-    dev = getattr(model, "device", None)
-    if isinstance(dev, torch.device):
-        return dev
-    p = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-    return p.device if p is not None else torch.device("cpu")
-
-
-def to_device(batch: Mapping[str, Any], device: torch.device) -> Batch:
-    return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
 def _policy_for_k(policy: PolicyLike) -> Policy:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 Batch = dict[str, "Tensor"]

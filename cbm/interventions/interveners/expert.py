@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 _M32 = 0xFFFFFFFF

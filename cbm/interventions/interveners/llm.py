@@ -16,7 +16,7 @@ from cbm.interventions.interveners.base import Batch
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 log = logging.getLogger("cbm.interventions")

@@ -29,7 +29,7 @@ from cbm.interventions.policies.base import ScorePolicy
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 

@@ -16,7 +16,7 @@ from cbm.interventions.policies.base import ScorePolicy, concept_mask
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 

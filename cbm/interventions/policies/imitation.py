@@ -17,8 +17,8 @@ def collect_rollouts(model, batch: dict[str, Any], allowed: Tensor | None, s: An
                      seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """``(probs, asked, candidates, target, stakes)`` rows along ``s.rollouts`` greedy-oracle trajectories of
     every validation example, each from a random starting mask (:func:`random_start`)."""
-    from cbm.interventions.engine import model_device
     from cbm.interventions.interveners.base import true_concepts
+    from cbm.models.devices import model_device
 
     dev = model_device(model)
     x, y = batch["x"].to(dev), batch["y"].to(dev)

@@ -33,7 +33,7 @@ from cbm.models.policy_net import MODEL_ATTR, PolicyNet, sequential_select
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.models.state import ConceptState
 
 SOURCES = ("auto", "model", "fit")
@@ -86,8 +86,8 @@ class LearnedPolicy:
 
     def prepare(self, model, batch: dict[str, Any]) -> None:
         """Take the model's own ``psi`` (an IntCEM's) or fit one on ``batch`` (the validation split)."""
-        from cbm.interventions.engine import model_device
         from cbm.interventions.policies.imitation import fit_policy
+        from cbm.models.devices import model_device
 
         own = getattr(model, MODEL_ATTR, None)
         if self.cfg.source == "model" and not isinstance(own, PolicyNet):

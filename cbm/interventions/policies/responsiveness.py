@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from cbm.config.names import FAST_PATH_MODES, SEARCH_METHODS
 from cbm.interventions.policies.base import available_concepts
+from cbm.interventions.responsiveness.search import (
+    DEFAULT_CHUNK_MB,
+    DEFAULT_EXACT_MAX_CANDIDATES,
+    DEFAULT_MAX_ASSIGNMENTS,
+)
 
 #: ``policy.responsiveness.at_max``: what a budget covering every requestable concept asks for.
 AT_MAX = ("best", "all")
@@ -16,7 +21,7 @@ AT_MAX = ("best", "all")
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cbm.interventions.registry import BuildContext
+    from cbm.interventions.context import BuildContext
     from cbm.interventions.responsiveness import SearchResult
     from cbm.models.state import ConceptState
 
@@ -37,11 +42,11 @@ class ResponsivenessPolicy:
         prior: str = "independent"
         #: auto (exact when the pairs per example fit exact_max_candidates) | exact | greedy
         search: str = "auto"
-        exact_max_candidates: int = 100_000
+        exact_max_candidates: int = DEFAULT_EXACT_MAX_CANDIDATES
         #: greedy steps enumerate 2^|S| assignments up to this many, else sample this many
-        max_assignments: int = 256
+        max_assignments: int = DEFAULT_MAX_ASSIGNMENTS
         #: memory budget of one evaluation chunk (MiB)
-        chunk_mb: float = 256.0
+        chunk_mb: float = DEFAULT_CHUNK_MB
         #: auto (the model's additive fast path when it has one) | off (always pair_logits)
         fast_path: str = "auto"
         #: request when ``resp >= threshold`` (and ``resp > 0``), concept-benchmark 0.4.1's KFlip rule,

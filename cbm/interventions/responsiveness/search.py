@@ -10,17 +10,17 @@ import torch
 from torch import Tensor
 
 from cbm.config.names import SEARCH_METHODS
-from cbm.interventions.policies.responsiveness import ResponsivenessPolicy
 from cbm.interventions.responsiveness.tables import SubsetTable, n_candidate_pairs
 
 #: Two responsiveness values closer than this are a tie (the smaller subset wins).
 TIE_TOL = 1e-6
-#: Defaults of the search, from the policy's typed config (one source; conf/policy/responsiveness.yaml
-#: lists the same values, which a test checks): memory budget of one evaluation chunk (MiB), pairs per
-#: example the exact search may evaluate, assignments a greedy step enumerates before sampling.
-DEFAULT_CHUNK_MB = ResponsivenessPolicy.Config.chunk_mb
-DEFAULT_EXACT_MAX_CANDIDATES = ResponsivenessPolicy.Config.exact_max_candidates
-DEFAULT_MAX_ASSIGNMENTS = ResponsivenessPolicy.Config.max_assignments
+#: Defaults of the search, which the policy's typed config takes as its own (one source;
+#: conf/policy/responsiveness.yaml lists the same values, which a test checks): memory budget of one
+#: evaluation chunk (MiB), pairs per example the exact search may evaluate, assignments a greedy step
+#: enumerates before sampling.
+DEFAULT_CHUNK_MB = 256.0
+DEFAULT_EXACT_MAX_CANDIDATES = 100_000
+DEFAULT_MAX_ASSIGNMENTS = 256
 
 
 def first_within(values: Tensor, tol: float = TIE_TOL) -> Tensor:

@@ -22,8 +22,17 @@ from cbm.vlm.edct.config import EDCTConfig
 
 
 def validate(cfg: DictConfig) -> EDCTConfig:
-    """The typed config (one clear line for a bad value)."""
-    return typed_app_config(cfg, EDCTConfig)
+    """The typed config (one clear line for a bad value) and the files it names, read now: a bad
+    human-scores file or stability run is refused before anything is written or sent."""
+    from cbm.vlm.edct.agreement import read_human_scores
+    from cbm.vlm.edct.stability import read_runs
+
+    c = typed_app_config(cfg, EDCTConfig)
+    if c.human_scores is not None:
+        read_human_scores(c.human_scores)
+    if c.stability_runs is not None:
+        read_runs(list(c.stability_runs))
+    return c
 
 
 def run(cfg: DictConfig | EDCTConfig) -> dict[str, Any]:

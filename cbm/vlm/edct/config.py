@@ -206,16 +206,8 @@ class EDCTConfig:
             if len(self.options) < 2 or len({o.strip().lower() for o in self.options}) < len(self.options) or not all(o.strip() for o in self.options):
                 raise ValueError(f"options: at least two distinct, non-empty answer options (or null for the class names), got {self.options}")
         check_pixel_limit(self.max_image_pixels)
-        if self.human_scores is not None:  # read now: a bad file is refused before anything is written or sent
-            from cbm.vlm.edct.agreement import read_human_scores
-
-            read_human_scores(self.human_scores)
-        if self.stability_runs is not None:
-            from cbm.vlm.edct.stability import read_runs
-
-            if len(self.stability_runs) < STABILITY_MIN_RUNS:
-                raise ValueError(f"stability_runs: at least {STABILITY_MIN_RUNS} run directories, got {len(self.stability_runs)}")
-            read_runs(list(self.stability_runs))
+        if self.stability_runs is not None and len(self.stability_runs) < STABILITY_MIN_RUNS:
+            raise ValueError(f"stability_runs: at least {STABILITY_MIN_RUNS} run directories, got {len(self.stability_runs)}")
         self._check_data()
         self._check_editor()
         if self.segmenter is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,37 +20,7 @@ from PIL import Image
 from cbm.core.atomic import atomic_write
 from cbm.core.safe_paths import slug
 from cbm.vlm.finetune.data import QARow, write_rows
-
-
-@dataclass(frozen=True)
-class RobotQuestion:
-    """A question about one part; ``answers[v]`` is the answer when the part's group / value is ``v``;
-    ``target[v]`` the editor target that flips it."""
-
-    question: str
-    answers: tuple[str, str]
-    grouped: int = 0  # sub-type attributes: size of a group (value // grouped gives the answer index)
-    part: str | None = None  # the edited part when the key is not a part name (counts)
-
-
-#: part -> its question (attribute in ``cbm.vlm.editors.synthetic.ROBOT_PARTS``).
-ROBOT_QUESTIONS: dict[str, RobotQuestion] = {
-    "knees": RobotQuestion("Does this robot have knees? Answer yes or no.", ("no", "yes")),
-    "elbows": RobotQuestion("Does this robot have elbows? Answer yes or no.", ("no", "yes")),
-    "antennae": RobotQuestion("Does this robot have antennae? Answer yes or no.", ("no", "yes")),
-    "mouth": RobotQuestion("Is the robot's mouth open or closed?", ("open", "closed")),
-    "head": RobotQuestion("Is the robot's head square or round?", ("square", "round")),
-    "body": RobotQuestion("Is the robot's body square or round?", ("square", "round")),
-    "ears": RobotQuestion("Are the robot's ears square or triangular?", ("square", "triangular")),
-    "feet": RobotQuestion("What shape are the robot's feet, flat or pointy?", ("flat", "pointy"), grouped=5),
-    "hands": RobotQuestion("What shape are the robot's hands, round or edgy?", ("round", "edgy"), grouped=3),
-    "antennae_count": RobotQuestion("How many antennae does this robot have? Answer with a number.", ("0", "2"), part="antennae"),
-    "elbows_count": RobotQuestion("How many elbow joints does this robot have? Answer with a number.", ("0", "2"), part="elbows"),
-    "knees_count": RobotQuestion("How many knees does this robot have? Answer with a number.", ("0", "2"), part="knees"),
-}
-#: Sudoku question kinds: the digit of the edited cell, or the validity of its row.
-SUDOKU_QUESTIONS = ("digit", "row_valid")
-
+from cbm.vlm.finetune.questions import ROBOT_QUESTIONS, SUDOKU_QUESTIONS, RobotQuestion  # noqa: F401
 
 #: Generator settings a build starts from (``data.source`` overrides them).
 SOURCE_DEFAULTS: dict[str, dict[str, Any]] = {"robot": {"name": "robot", "image_size": 64, "n_train": 10, "n_calib": 0},

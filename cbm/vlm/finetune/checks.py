@@ -5,16 +5,16 @@ naming the setting; torch is imported only to ask whether a requested GPU exists
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from cbm.vlm.finetune.config import check_device_name  # noqa: F401 (its users import it from here too)
 
 if TYPE_CHECKING:
     from cbm.vlm.finetune.config import FinetuneConfig
 
 #: Weight files ``from_pretrained`` reads (safetensors preferred; ``.bin`` only as plain weights).
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
 def check_model_dir(path: str) -> Path:
@@ -41,11 +41,6 @@ def check_model_dir(path: str) -> Path:
     if not any((p / w).is_file() for w in WEIGHT_FILES):
         raise ValueError(f"model.path: '{path}' has no weights ({' or '.join(WEIGHT_FILES[::2])})")
     return p
-
-
-def check_device_name(device: str, where: str) -> None:
-    if not _DEVICE.match(device):
-        raise ValueError(f"{where}: '{device}' is not one of auto, cpu, cuda, cuda:N")
 
 
 def check_device_available(device: str, quant: str) -> None:
@@ -108,6 +103,7 @@ def preflight(cfg: FinetuneConfig) -> None:
     from cbm.vlm.finetune.builders import edct_pairs, generator_config
     from cbm.vlm.finetune.data import load_rows, split_pairs
 
+    check_model_dir(cfg.model.path)
     d = cfg.data
     if d.jsonl is not None:
         rows, _ = load_rows(d.jsonl, d.on_bad, d.max_image_pixels)

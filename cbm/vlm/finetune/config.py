@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cbm.core.validation import check_fields, in_range, nested
-from cbm.vlm.finetune.checks import check_device_name, check_model_dir
+from cbm.vlm.finetune.questions import ROBOT_QUESTIONS, SUDOKU_QUESTIONS
 from cbm.vlm.images import MAX_IMAGE_PIXELS, check_pixel_limit
 
 BUILD_KINDS = ("robot", "sudoku", "edct")
@@ -21,10 +21,17 @@ QUANTS = ("none", "4bit", "8bit")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 ON_BAD = ("skip", "error")
+_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 #: The paper's saliency map: layers 7 to 12 (1-based, inclusive), 25th-percentile threshold, squared.
 PAPER_LAYERS = (7, 12)
 PAPER_PERCENTILE = 25.0
 PAPER_SHARPEN = 2.0
+
+
+def check_device_name(device: str, where: str) -> None:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether it exists is the command's check)."""
+    if not _DEVICE.match(device):
+        raise ValueError(f"{where}: '{device}' is not one of auto, cpu, cuda, cuda:N")
 
 
 @dataclass
@@ -39,7 +46,8 @@ class ModelSettings:
 
     def __post_init__(self) -> None:
         check_fields(self, self.WHERE)
-        check_model_dir(self.path)
+        if not self.path:
+            raise ValueError("model.path: required (a local Hugging Face VLM directory; python -m cbm.vlm.tiny DIR writes a tiny one)")
         if self.dtype not in DTYPES:
             raise ValueError(f"model.dtype: '{self.dtype}' is not one of {', '.join(DTYPES)}")
         check_device_name(self.device, "model.device")
@@ -66,8 +74,6 @@ class DataSettings:
     max_image_pixels: int = MAX_IMAGE_PIXELS  # larger images are bad rows (read from the header, never decoded)
 
     def __post_init__(self) -> None:
-        from cbm.vlm.finetune.builders import ROBOT_QUESTIONS, SUDOKU_QUESTIONS
-
         check_fields(self, self.WHERE)
         if self.jsonl is None and self.build not in BUILD_KINDS:
             raise ValueError(f"data.build: '{self.build}' is not one of {', '.join(BUILD_KINDS)}")

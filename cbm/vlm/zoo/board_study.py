@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cbm.core.atomic import write_json_atomic, write_text_atomic
+from cbm.core.atomic import json_ready, write_json_atomic, write_text_atomic
 from cbm.vlm.finetune.evaluate import mcnemar
 from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.boards import ANSWERS, READ, VALID_QUESTION, Boards, make_boards, reading
@@ -288,9 +288,8 @@ def run_board_study(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[
     result: dict[str, Any] = {"task": "sudoku", "members": rows}
     if cfg.repair.member is not None:
         result["repair"] = repair(cfg, paths[cfg.repair.member], boards, say)
-    from cbm.vlm.zoo.study import _plain
 
-    result = _plain(result)
+    result = json_ready(result)
     write_json_atomic(out / "results.json", result)
     rep = result.get("repair", {})
     write_text_atomic(out / "results.md", table_md(rows, rep))

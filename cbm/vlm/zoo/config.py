@@ -202,8 +202,7 @@ class ZooRepair:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        from cbm.vlm.finetune.checks import check_device_name
-        from cbm.vlm.finetune.config import QUANTS
+        from cbm.vlm.finetune.config import QUANTS, check_device_name
 
         if self.quant not in QUANTS:
             raise ValueError(f"repair.quant: {self.quant!r} is not one of {', '.join(QUANTS)}")

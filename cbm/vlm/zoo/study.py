@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cbm.core.atomic import write_json_atomic, write_text_atomic
+from cbm.core.atomic import json_ready, write_json_atomic, write_text_atomic
 from cbm.vlm.zoo import model as zm
 from cbm.vlm.zoo.config import ZooConfig
 from cbm.vlm.zoo.data import make_robots
@@ -68,17 +68,6 @@ def table_csv(rows: dict[str, dict[str, Any]]) -> str:
         vals = [r[k]["value"] if isinstance(r[k], dict) else r[k] for k, _ in COLUMNS]
         w.writerow([name, *vals, r["ccs"]["low"], r["ccs"]["high"]])
     return buf.getvalue()
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-ready: arrays as lists."""
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def figure(rows: dict[str, dict[str, Any]], path: Path) -> None:
@@ -190,7 +179,7 @@ def run_study(cfg: ZooConfig, say: Callable[[str], None] = print) -> dict[str, A
     result = {"members": rows, "across": across}
     if cfg.repair.member is not None:
         result["repair"] = run_repair(cfg, paths[cfg.repair.member], robots, say)
-    write_json_atomic(out / "results.json", _plain(result))
+    write_json_atomic(out / "results.json", json_ready(result))
     rep = result.get("repair", {})
     write_text_atomic(out / "results.md", table_md(rows, across) + ("\n" + repair_md(rep) if rep.get("pairs") else ""))
     write_text_atomic(out / "results.csv", table_csv(rows))
