@@ -438,9 +438,16 @@ class RobotConfig:
 
     def _check_render(self) -> None:
         """``render`` / ``source`` values, and what 0.4.1's catalogue and drawing allow."""
-        from synthetic.robot.reference.rows import check_config
+        if self.render not in RENDERS:
+            _fail("RobotConfig.render", f"must be one of {list(RENDERS)}, got {self.render!r}")
+        if self.source not in SOURCES:
+            _fail("RobotConfig.source", f"must be one of {list(SOURCES)}, got {self.source!r}")
+        if self.render == "reference":
+            from synthetic.robot.reference.rows import check_config
 
-        check_config(self, _fail)
+            check_config(self, _fail)
+        elif self.source != "generator":
+            _fail("RobotConfig.source", f"source={self.source} makes 0.4.1's own robots: needs render=reference")
 
     def _check_concept_source(self) -> None:
         """CLIP annotation reads images and replaces every other annotation knob's work."""

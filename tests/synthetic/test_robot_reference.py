@@ -153,7 +153,7 @@ def test_split_sizes_and_training_shares_are_the_references(v04):
 def test_labels_are_drawn_per_row(v04):
     body, _ = catalogue(4)
     from synthetic.robot.generator import glorp_probability
-    from synthetic.robot.reference.rows import meta_rows
+    from synthetic.robot.reference.catalog import meta_rows
 
     meta = meta_rows(body, np.zeros(len(body), dtype=np.int64), np.arange(len(body)))
     from synthetic.robot.attributes import attribute_table

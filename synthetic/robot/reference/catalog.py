@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from synthetic.robot.attributes import BODY_CARDINALITY, BODY_NAMES
+from synthetic.robot.attributes import ARM_ANGLES, BODY_CARDINALITY, BODY_NAMES, META_INDEX, META_NAMES
 from synthetic.robot.reference.draw import N_SCHEMES
 
 #: Robots in the reference's catalogue (every combination of its nine features once).
@@ -43,6 +43,23 @@ def catalogue(renders: int) -> tuple[np.ndarray, np.ndarray]:
         grid[:, j] = cards[j] - 1 - grid[:, j]
     body = np.tile(grid, (renders, 1)).astype(np.int64)
     return body, np.arange(len(body), dtype=np.int64) % N_SCHEMES
+
+
+#: The ``arm_left`` / ``arm_right`` bin of 0.4.1's horizontal arms.
+HORIZONTAL = ARM_ANGLES.index(0.0)
+
+
+def meta_rows(body: np.ndarray, scheme: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """``int64 [N, len(META_NAMES)]`` of reference rows: the nine body attributes, no shift, both
+    arms horizontal (the ``arm_*`` bin of 0 degrees), ``palette`` = the row's colour scheme (0..70,
+    not one of the project's palettes), no tint, ``robot_id`` = the catalogue row (the robot is
+    ``robot_id % 7680``)."""
+    meta = np.zeros((len(body), len(META_NAMES)), dtype=np.int64)
+    meta[:, : len(BODY_NAMES)] = body
+    meta[:, META_INDEX["arm_left"]] = meta[:, META_INDEX["arm_right"]] = HORIZONTAL
+    meta[:, META_INDEX["palette"]] = scheme
+    meta[:, META_INDEX["robot_id"]] = row
+    return meta
 
 
 def val_rows(rows: int, n_test: int, n_train: int, val_fraction: float) -> int:

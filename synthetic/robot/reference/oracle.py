@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from synthetic.robot.reference.rows import meta_rows
+from synthetic.robot.reference.catalog import meta_rows
 
 #: The module the child process runs.
 CHILD = Path(__file__).with_name("oracle_child.py")

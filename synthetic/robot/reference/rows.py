@@ -1,10 +1,6 @@
 """The rows of a ``render=reference`` dataset: 0.4.1's catalogue, labels per row and row split,
-laid out in the project's ``meta`` columns (:data:`synthetic.robot.attributes.META_NAMES`).
-
-``meta`` of a reference row: the nine body attributes, no shift, both arms horizontal (the
-``arm_*`` bin of 0 degrees), ``palette`` = the row's colour scheme (0..70, not one of the
-project's palettes), no tint, ``robot_id`` = the catalogue row (0..rows-1; the robot is
-``robot_id % 7680``). :func:`images` renders such rows.
+laid out in the project's ``meta`` columns (:func:`~synthetic.robot.reference.catalog.meta_rows`);
+:func:`images` renders such rows, :func:`check_config` says what such a config may ask.
 """
 
 from __future__ import annotations
@@ -14,25 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from synthetic.robot.attributes import ARM_ANGLES, BODY_NAMES, META_INDEX, META_NAMES
-from synthetic.robot.reference.catalog import catalogue, row_split
-
-#: The ``arm_left`` / ``arm_right`` bin of 0.4.1's horizontal arms.
-HORIZONTAL = ARM_ANGLES.index(0.0)
+from synthetic.robot.attributes import BODY_NAMES, META_INDEX
+from synthetic.robot.reference.catalog import catalogue, meta_rows, row_split
 
 
 def check_config(cfg: Any, fail: Callable[[str, str], None]) -> None:
-    """What ``RobotConfig`` allows with ``render`` / ``source`` (``fail(field, message)`` refuses)."""
-    from synthetic.robot.config import RENDERS, SOURCES
-
-    if cfg.render not in RENDERS:
-        fail("RobotConfig.render", f"must be one of {list(RENDERS)}, got {cfg.render!r}")
-    if cfg.source not in SOURCES:
-        fail("RobotConfig.source", f"must be one of {list(SOURCES)}, got {cfg.source!r}")
-    if cfg.render == "ours":
-        if cfg.source != "generator":
-            fail("RobotConfig.source", f"source={cfg.source} makes 0.4.1's own robots: needs render=reference")
-        return
+    """What a ``RobotConfig`` with ``render=reference`` may ask (``fail(field, message)`` refuses)."""
     for name in ("occlude", "visibility"):
         if getattr(cfg, name):
             fail(f"RobotConfig.{name}", "hides parts of this project's renderer; render=reference draws 0.4.1's robots as they are")
@@ -48,26 +31,16 @@ def check_config(cfg: Any, fail: Callable[[str, str], None]) -> None:
             fail("RobotConfig.source", f"source=concept_benchmark reads the reference's images: needs modality=image, got {cfg.modality!r}")
         if cfg.label_rule == "custom" or not cfg.label.stochastic:
             fail("RobotConfig.label_rule", "source=concept_benchmark labels with the reference's own rules: label_rule balanced or sparse, stochastic")
-        from synthetic.robot.config import SamplingConstraint
         from synthetic.robot.rules import RULE_TRAIN_CONSTRAINTS
 
-        if cfg.train_constraints != [SamplingConstraint(**c) for c in RULE_TRAIN_CONSTRAINTS[cfg.label_rule]]:
+        rule = [(c["expr"], float(c["min_fraction"])) for c in RULE_TRAIN_CONSTRAINTS[cfg.label_rule]]
+        if [(c.expr, c.min_fraction) for c in cfg.train_constraints] != rule:
             fail("RobotConfig.train_constraints", "source=concept_benchmark shifts the training split as the reference does: set train_constraints=rule")
         from synthetic.robot.reference.oracle import missing_reference
 
         why = missing_reference()
         if why:
             fail("RobotConfig.source", why)
-
-
-def meta_rows(body: np.ndarray, scheme: np.ndarray, row: np.ndarray) -> np.ndarray:
-    """``int64 [N, len(META_NAMES)]`` of reference rows (see the module docstring)."""
-    meta = np.zeros((len(body), len(META_NAMES)), dtype=np.int64)
-    meta[:, : len(BODY_NAMES)] = body
-    meta[:, META_INDEX["arm_left"]] = meta[:, META_INDEX["arm_right"]] = HORIZONTAL
-    meta[:, META_INDEX["palette"]] = scheme
-    meta[:, META_INDEX["robot_id"]] = row
-    return meta
 
 
 def labels(p: np.ndarray, seed: int, stochastic: bool) -> np.ndarray:
