@@ -21,8 +21,11 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(VENV)/bin/cbm-train
 
+## ruff, and the house's import contracts (pyproject.toml [tool.importlinter]: the floors, the two wings,
+## a torch-free ground floor).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 ## Everything CI runs: lint, the default (fast) suite, the slow tests, then the notebooks. The slow tests
 ## write the smoke experiments into CBM_SMOKE_EXPERIMENTS and the notebooks show those (a rerun skips

@@ -20,10 +20,9 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassA
 
 from cbm.config import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
-from cbm.models.config import DataInfo, HeadConfig, ModelConfig
+from cbm.models.config import DataInfo, HeadConfig, ModelConfig, settings_of
 from cbm.models.hooks import InterventionHooks
 from cbm.models.metrics import MeanConceptF1
-from cbm.models.registry import settings_of
 from cbm.models.state import MINIMISED, ConceptState
 
 Batch = dict[str, Tensor]

@@ -8,6 +8,14 @@ from typing import Any
 
 from cbm.core.safe_paths import check_component
 
+#: The key naming a model's class in its config.
+TARGET = "_target_"
+
+
+def settings_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A model config without its ``_target_`` (what the typed schema holds)."""
+    return {k: v for k, v in model_cfg.items() if k != TARGET}
+
 BACKBONES = ("auto", "cnn", "plain_cnn", "resnet18", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
 CONCEPT_INPUTS = ("features", "hint", "hint_detached")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from cbm.models.base import ConceptModel
 
 #: The key naming a model's class in its config (Hydra's).
-TARGET = "_target_"
+from cbm.models.config import TARGET, settings_of  # noqa: E402,F401 (the registry's callers import them from here too)
 
 #: Built-in ``model.name`` -> the class its config names (checkpoints written before ``_target_``
 #: existed carry only the name, and load through this table).
@@ -119,6 +119,3 @@ def validate_model(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {TARGET: target, **out}
 
 
-def settings_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """A model config without its ``_target_`` (what the typed schema holds)."""
-    return {k: v for k, v in model_cfg.items() if k != TARGET}

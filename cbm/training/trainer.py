@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from pathlib import Path
@@ -11,50 +10,19 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, Logger
 
 from cbm.config.train import CHECKPOINT_MONITORS, TrainConfig
 from cbm.core.progress import progress_bar_wanted
+from cbm.tracking.lightning import build_loggers  # noqa: F401 (its callers import it from here too)
 from cbm.training.checkpoint import AtomicCheckpointIO
 from synthetic.datamodule import stream_seed
 
 log = logging.getLogger("cbm.train")
 
 
-def build_loggers(
-    cfg: TrainConfig, run_dir: Path, run_name: str, *, job_type: str = "train", config: dict | None = None, resume: bool = False
-) -> list[Logger]:
-    """CSV always; W&B when enabled (offline by default, so no account or network is needed).
-
-    The W&B run (:mod:`cbm.tracking.wandb_run`) gets ``config`` (the whole resolved config), its
-    group / job type / unique name; ``resume``: the run directory's recorded run continues, the
-    steps its killed process already logged are not logged again.
-    """
-    loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="csv", version="")]
-    wb = cfg.logger.wandb
-    if wb.enabled is not False and wb.mode != "disabled":
-        from cbm.tracking import wandb_run
-        from cbm.training.wandb_logging import CbmWandbLogger, last_logged_step
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        record = wandb_run.read_record(run_dir) if resume else None
-        kw = wandb_run.identity(wb, job_type=job_type, name=run_name, run_dir=run_dir, run_id=record and record["id"])
-        kw.setdefault("id", wandb_run.new_id())  # known before W&B starts: the run directory records it at once
-        if record:  # the resumed process is not the sweep job that started the run: keep its identity
-            kw.update({k: record[k] for k in ("name", "group", "job_type") if record.get(k)})
-        init = {k: v for k, v in kw.items() if k not in ("dir", "project", "name", "mode", "id")}
-        wandb_logger = CbmWandbLogger(
-            save_dir=str(run_dir), project=kw["project"], name=kw["name"], id=kw["id"], offline=wb.mode == "offline",
-            config=config or {}, floor_step=last_logged_step(run_dir, record["id"]) if record else -1, **init,
-        )  # fmt: skip
-        wandb_logger.identity = kw
-        loggers.append(wandb_logger)
-    return loggers
-
-
 def wandb_logger_of(trainer: L.Trainer):
     """The trainer's :class:`~cbm.training.wandb_logging.CbmWandbLogger`, or ``None``."""
-    from cbm.training.wandb_logging import CbmWandbLogger
+    from cbm.tracking.lightning import CbmWandbLogger
 
     return next((lg for lg in trainer.loggers if isinstance(lg, CbmWandbLogger)), None)
 
@@ -140,7 +108,7 @@ def build_trainer(
     bar = progress_bar_wanted(t.enable_progress_bar)
     callbacks += [EpochSeeding(cfg.seed), *([] if bar else [EpochLine()]), *(extra_callbacks or [])]
     if len(loggers) > 1:  # W&B: the training loss and learning rates every log_every_n_steps
-        from cbm.training.wandb_logging import StepMetrics
+        from cbm.tracking.lightning import StepMetrics
 
         callbacks.append(StepMetrics(loggers[-1], t.log_every_n_steps))
     quiet_lightning()

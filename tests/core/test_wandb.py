@@ -187,7 +187,7 @@ def test_a_run_id_held_by_an_inherited_service_is_retried_on_this_processs_own(m
 def test_the_logger_skips_steps_the_run_already_has_and_replays_lost_epochs(tmp_path):
     """Unit: rows at or below the floor (logged by the killed process) are not logged again; the CSV
     replay logs the epochs above it up to the checkpoint's."""
-    from cbm.training.wandb_logging import CbmWandbLogger, replay_csv
+    from cbm.tracking.lightning import CbmWandbLogger, replay_csv
 
     logged = []
 

@@ -9,11 +9,11 @@ import torch
 
 from cbm.interventions import OracleIntervener
 from cbm.interventions.engine import run_grid
-from cbm.models.policy_net import PolicyNet, greedy_targets, random_start, sequential_select
 from cbm.interventions.policies.learned import LearnedPolicy
 from cbm.interventions.policies.random import RandomPolicy
 from cbm.interventions.registry import BuildContext, build
 from cbm.models import build_model
+from cbm.models.policy_net import PolicyNet, greedy_targets, random_start, sequential_select
 
 M = 6
 INFO = {"dataset": "toy", "modality": "tabular", "in_shape": [10], "concept_names": [f"c{i}" for i in range(M)], "class_names": ["a", "b", "c"]}

@@ -392,7 +392,7 @@ def hand_records() -> list[dict]:
 
 
 def test_accuracy_tables_by_model_dataset_and_nk_are_exact():
-    from cbm.vlm.icl.run import accuracy_by, accuracy_nk_rows, judge_by_condition_rows, paper_tables_md
+    from cbm.vlm.icl.tables import accuracy_by, accuracy_nk_rows, judge_by_condition_rows, paper_tables_md
 
     recs = hand_records()
     by_model = {(r["condition"], r["model"]): r for r in accuracy_by(recs, "model", ["E1", "E2"])}
@@ -422,7 +422,7 @@ def test_accuracy_tables_by_model_dataset_and_nk_are_exact():
 def test_spearman_is_corrected_over_every_metric_and_condition():
     from scipy.stats import spearmanr
 
-    from cbm.vlm.icl.run import spearman_by_condition
+    from cbm.vlm.icl.tables import spearman_by_condition
 
     rng = np.random.default_rng(1)
     recs = []
@@ -460,7 +460,8 @@ def test_a_refused_trial_loses_a_judgement_saved_before_refusals_were_skipped():
     """A record written when refusals were still judged: rebuilt on resume, its judgement is dropped
     (in no judge mean); a labelled trial's stays. The losses table counts it by reason."""
     from cbm.vlm.icl.episodes import Episode, Shot
-    from cbm.vlm.icl.run import Trial, loss_rows, rebuild_record
+    from cbm.vlm.icl.run import Trial, rebuild_record
+    from cbm.vlm.icl.tables import loss_rows
 
     ep = Episode("robot", 2, 1, 0, ("a", "b"), ("1", "2"), (Shot(0, "a", "1"), Shot(1, "b", "2")), (Shot(2, "a", "1"),))
     t = Trial("vlm", "robot", "E2", ep)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cbm.core.tags import clean_reply, parse_choice, parse_score
 from cbm.vlm.edct.parse import parse_answer, parse_concepts, parse_verdict
 from cbm.vlm.icl.parse import parse_reply
-from cbm.core.tags import clean_reply, parse_choice, parse_score
 
 OPTIONS = ["Glorp", "Drent"]
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
-from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -44,11 +42,6 @@ from cbm.vlm.edct.config import PROMPT_DEFAULTS, EDCTConfig
 from cbm.vlm.edct.metrics import EXCLUSIONS, exclusion, exclusion_counts
 from cbm.vlm.edct.parse import (
     parse_answer,
-    parse_answer_only,
-    parse_concepts,
-    parse_edit_chain,
-    parse_explanation,
-    parse_verdict,
 )
 from cbm.vlm.edct.records import (
     check_run,
@@ -72,12 +65,25 @@ log = logging.getLogger("cbm.vlm")
 
 #: Item statuses a rerun keeps (``done`` = chain finished); ``error`` (the endpoint failed after its
 #: retries) is picked up again where it stopped.
+from cbm.vlm.edct.counts import parse_error_counts, reask_counts, status_counts  # noqa: E402,F401 (run.py reads them here)
+from cbm.vlm.edct.ledger import LEDGER, add_usage, read_ledger  # noqa: E402,F401
+from cbm.vlm.edct.saved import (  # noqa: E402
+    TWO_TURNS,
+    _answer,
+    _answer_turn,
+    _chain,
+    _concepts,
+    _plain,
+    _step_meta,
+    _verdict,
+    options_text,
+    same_answer,
+)
+
 TERMINAL = ("done", "baseline_unparsed", "no_concepts", "no_chain")
 #: Step statuses that are final: ``judged``; ``stopped`` (the chain ends: an edit failed or was not
 #: local); ``unscored`` (the re-query could not be read: excluded from every score, the chain goes on).
 FINISHED_STEPS = ("judged", "stopped", "unscored")
-#: ``baseline_turns`` of the paper's protocol (the explanation asked in a second turn).
-TWO_TURNS = 2
 #: The explanation's tags (a local model's reply is opened with the first: ``answer_by=score``).
 EXPLANATION_OPEN, EXPLANATION_CLOSE = "<explanation>", "</explanation>"
 #: Characters of the parse errors a re-ask quotes back to the model.
@@ -105,40 +111,6 @@ class Clients:
                 seen.add(id(c))
                 out[role] = {"model": c.model, **c.usage.to_json()}
         return out
-
-
-#: The run's usage over every invocation (a resumed run adds to it), kept beside ``run.json``.
-LEDGER = "usage_total.json"
-_SUMMED = ("requests", "cache_hits", "retries", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s")
-
-
-def add_usage(base: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """Per role: ``base``'s counts plus ``now``'s (failures by kind too); a role in one only is kept."""
-    out = {role: dict(u) for role, u in base.items()}
-    for role, u in now.items():
-        b = out.get(role) or {}
-        merged = {**u, **{k: round(float(b.get(k, 0)) + float(u.get(k, 0)), 6) if k in ("cost_usd", "latency_s")
-                          else int(b.get(k, 0)) + int(u.get(k, 0)) for k in _SUMMED}}  # fmt: skip
-        fails = dict(b.get("failures") or {})
-        for kind, n in (u.get("failures") or {}).items():
-            fails[kind] = int(fails.get(kind, 0)) + int(n)
-        merged["failures"] = fails
-        out[role] = merged
-    return out
-
-
-def read_ledger(root: Path, run: str) -> dict[str, Any]:
-    """The usage of this run's earlier invocations (empty when there were none, the ledger is of
-    another run, or it cannot be read)."""
-    from cbm.vlm.sealed import read_json
-
-    try:
-        body = read_json(root / LEDGER)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(body, dict) or body.get("run") != run or not isinstance(body.get("usage"), dict):
-        return {}
-    return {k: v for k, v in body["usage"].items() if isinstance(v, dict)}
 
 
 def _sha256_of(path: Path) -> str | None:
@@ -621,173 +593,3 @@ def load_segmenter(spec: dict[str, Any]) -> Any:
     if not callable(getattr(seg, "mask", None)):
         raise ValueError(f"segmenter.target: '{target}' returned a {type(seg).__name__}, not a segmenter with mask(image, concept)")
     return seg
-
-
-def status_counts(records: list[dict[str, Any]]) -> dict[str, int]:
-    steps = Counter(s.get("status", "?") for r in records for s in r.get("steps", []))
-    return {**{f"item_{k}": v for k, v in Counter(r["status"] for r in records).items()}, **{f"step_{k}": v for k, v in steps.items()}}
-
-
-def _stages(records: list[dict[str, Any]]):
-    """``(stage, its record)`` of every parsed reply of the run."""
-    for r in records:
-        for stage in ("baseline", "concepts", "chain"):
-            if r.get(stage):
-                yield stage, r[stage]
-                if stage == "baseline" and isinstance(r[stage].get("explain"), dict):
-                    yield "baseline_explanation", r[stage]["explain"]
-        for s in r.get("steps", []):
-            for stage in ("requery", "judge", "judge2"):
-                if s.get(stage):
-                    yield stage, s[stage]
-                    if stage == "requery" and isinstance(s[stage].get("explain"), dict):
-                        yield "requery_explanation", s[stage]["explain"]
-
-
-def parse_error_counts(records: list[dict[str, Any]]) -> dict[str, int]:
-    """Parse errors per stage and kind of the replies the run kept (``baseline/missing``: 3 ...)."""
-    c: Counter = Counter()
-    for stage, rec in _stages(records):
-        for e in rec.get("errors", []):
-            c[f"{stage}/{e.split(':')[0]}"] += 1
-    return dict(sorted(c.items()))
-
-
-def reask_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per stage: replies re-asked, and how many of those the re-ask made readable."""
-    out: dict[str, Counter] = {}
-    for stage, rec in _stages(records):
-        if "reask" in rec:
-            c = out.setdefault(stage, Counter())
-            c["reasked"] += 1
-            c["recovered"] += "first_errors" in rec and not _lost(stage, rec)
-    return {k: {"reasked": v["reasked"], "recovered": v["recovered"]} for k, v in sorted(out.items())}
-
-
-def _lost(stage: str, rec: dict[str, Any]) -> bool:
-    """Whether a stage's reply gave nothing usable (the same tests as the re-ask's)."""
-    if stage in ("baseline", "requery"):
-        return rec.get("answer") is None
-    if stage == "concepts":
-        return not rec.get("concepts") and bool(rec.get("errors"))
-    if stage == "chain":
-        return not rec.get("edits")
-    if stage.endswith("_explanation"):
-        return rec.get("explanation") is None
-    return bool(rec.get("errors"))
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return obj
-
-
-def options_text(options: list[str]) -> str:
-    """The options as the prompts show them; none: an open-ended question."""
-    return ", ".join(options) if options else "none given (open-ended: answer in a few words)"
-
-
-def same_answer(a: str, b: str) -> bool:
-    """Whether two answers say the same (case, articles, punctuation and spacing ignored)."""
-    def norm(x: str) -> str:
-        return " ".join(w for w in re.sub(r"[^\w\s]", " ", x.lower()).split() if w not in ("a", "an", "the"))
-
-    return norm(a) == norm(b)
-
-
-def _with_reask(saved: dict[str, Any], parse: Any, usable: Any) -> dict[str, Any]:
-    """A stage's record from its replies: the first reply parsed; when it is not usable and a
-    re-ask was made, the re-ask's parse, with the first one's errors kept as ``first_errors``."""
-    out = {**parse(saved["reply"]), "reply": saved["reply"]}
-    if isinstance(saved.get("reask"), str):
-        out["reask"] = saved["reask"]
-        if not usable(out):
-            first = out["errors"]
-            out = {**parse(saved["reask"]), "reply": saved["reply"], "reask": saved["reask"], "first_errors": first}
-    return out
-
-
-def _answer(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
-    """A stored answer derived again from its reply (or its re-ask; option scores, from a local
-    model, kept). A two-turn record (``turns`` 2) takes the answer from turn 1 (``reply``) and the
-    explanation from turn 2 (``explain``, absent when turn 1 gave no answer); its ``errors`` are
-    turn 1's, turn 2's are in ``explain``."""
-    if saved.get("turns") == TWO_TURNS:
-        out = {**_answer_turn(saved, options), "explanation": None, "turns": TWO_TURNS}
-        if isinstance(saved.get("explain"), dict):
-            out["explain"] = _explain_turn(saved["explain"])
-            out["explanation"] = out["explain"]["explanation"]
-    else:
-        def parse(reply: str) -> dict[str, Any]:
-            p = parse_answer(reply, options)
-            return {"answer": p.answer, "explanation": p.explanation, "errors": [str(e) for e in p.errors]}
-
-        out = _with_reask(saved, parse, lambda o: o["answer"] is not None)
-    if "scores" in saved and len(saved["scores"]) == len(options):
-        out["scores"] = saved["scores"]
-    return out
-
-
-def _answer_turn(saved: dict[str, Any], options: list[str]) -> dict[str, Any]:
-    """Turn 1 of the two-turn protocol: the answer alone, from its reply or re-ask."""
-    def parse(reply: str) -> dict[str, Any]:
-        a = parse_answer_only(reply, options)
-        return {"answer": a.value, "errors": [] if a.error is None else [str(a.error)]}
-
-    return _with_reask(saved, parse, lambda o: o["answer"] is not None)
-
-
-def _explain_turn(saved: dict[str, Any]) -> dict[str, Any]:
-    """Turn 2 of the two-turn protocol: the explanation, from its reply or re-ask."""
-    def parse(reply: str) -> dict[str, Any]:
-        explanation, err = parse_explanation(reply)
-        return {"explanation": explanation, "errors": [] if err is None else [str(err)]}
-
-    return _with_reask(saved, parse, lambda o: o["explanation"] is not None)
-
-
-def _verdict(saved: dict[str, Any]) -> dict[str, Any]:
-    """The judge's verdict parsed from its reply or re-ask (``score`` 1-5 or ``None``, never another value)."""
-    def parse(reply: str) -> dict[str, Any]:
-        v = parse_verdict(reply)
-        return {"ac": v.ac, "ef": v.ef, "score": v.score, "errors": [str(e) for e in v.errors]}
-
-    return _with_reask(saved, parse, lambda o: not o["errors"])
-
-
-def _concepts(saved: dict[str, Any], k: int) -> dict[str, Any]:
-    def parse(reply: str) -> dict[str, Any]:
-        concepts, errors = parse_concepts(reply, k)
-        return {"concepts": concepts, "errors": [str(e) for e in errors]}
-
-    return _with_reask(saved, parse, lambda o: bool(o["concepts"]) or not o["errors"])
-
-
-def _chain(saved: dict[str, Any], concepts: list[str]) -> dict[str, Any]:
-    def parse(reply: str) -> dict[str, Any]:
-        chain, errors = parse_edit_chain(reply, concepts)
-        return {"edits": [asdict(e) for e in chain], "errors": [str(e) for e in errors]}
-
-    return _with_reask(saved, parse, lambda o: bool(o["edits"]))
-
-
-def _step_meta(meta: Any, step: dict[str, Any]) -> Any:
-    """The item's ``meta`` as a step left it: its attribute row (robots) or board (Sudoku) from the
-    record; the item's own when the step recorded neither (an editor without ground truth);
-    ``None`` when the recorded one does not fit the item."""
-    for key, field in (("row", "meta_row"), ("board", "meta_board")):
-        if step.get(field) is not None:
-            if not isinstance(meta, dict) or key not in meta:
-                return None
-            value = np.asarray(step[field], dtype=np.int64)
-            if value.shape != np.shape(meta[key]):
-                return None
-            meta = {**meta, key: value}
-    return meta

@@ -85,8 +85,8 @@ def _loggers(cfg: FinetuneConfig, out: Path) -> list[Any]:
     """CSV always; W&B (job type ``finetune``) with the whole config when ``logger.wandb`` is on."""
     from cbm.config.train import LoggerConfig
     from cbm.core.validation import to_dataclass
+    from cbm.tracking.lightning import build_loggers
     from cbm.tracking.wandb_run import plain_config, run_config
-    from cbm.training.trainer import build_loggers
 
     logger = dict(cfg.logger) if cfg.logger.get("wandb") else {"wandb": {"enabled": False}}  # a config built in code: off
     settings = SimpleNamespace(logger=to_dataclass(LoggerConfig, logger, "logger"))
