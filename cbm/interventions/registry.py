@@ -35,6 +35,14 @@ KINDS = ("policy", "intervener")
 from cbm.interventions.context import BuildContext  # noqa: E402,F401 (components and commands import it from here too)
 
 
+def complete(kind: str, name: str, settings: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A component's whole settings: the ones Hydra composed are whole already (they hold the
+    ``_target_`` of the file they came from, this package's or a user's own ``--config-dir``); a
+    partial mapping (the Python API's ``{"threshold": 0.3}``) is laid over the package's file."""
+    given = dict(settings or {})
+    return given if "_target_" in given else {**defaults(kind, name), **given}
+
+
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ValueError(f"component kind must be one of {KINDS}, got '{kind}'")
@@ -91,8 +99,8 @@ def component_class(kind: str, name: str, target: str | None = None) -> type:
 
 
 def validate(kind: str, name: str, settings: Mapping[str, Any] | None = None) -> Any:
-    """The component's typed ``Config`` from its file's settings overridden by ``settings``."""
-    merged = {**defaults(kind, name), **dict(settings or {})}
+    """The component's typed ``Config`` from its whole settings (:func:`complete`)."""
+    merged = complete(kind, name, settings)
     cls = component_class(kind, name, merged.pop("_target_", None))
     return to_dataclass(cls.Config, merged, f"{kind}.{name}")
 
@@ -110,8 +118,7 @@ def build(kind: str, name: str, settings: Mapping[str, Any] | None, ctx: BuildCo
     """The component ``name`` of ``kind``, built from its validated settings and ``ctx``; one with
     ``prepare(model, batch)`` is then prepared on ``ctx.validation()`` (when ``ctx.model`` is given)."""
     cfg = validate(kind, name, settings)
-    merged = {**defaults(kind, name), **dict(settings or {})}
-    cls = component_class(kind, name, merged.get("_target_"))
+    cls = component_class(kind, name, complete(kind, name, settings).get("_target_"))
     component = cls.from_config(cfg, ctx)
     prepare = getattr(component, "prepare", None)
     if callable(prepare) and ctx.model is not None:

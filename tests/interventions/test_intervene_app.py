@@ -215,30 +215,70 @@ class FirstPolicy(ScorePolicy):
 '''
 
 
-def test_a_new_policy_through_the_registry_alone_runs_in_both_apps(workdir, tmp_path, monkeypatch):
-    """Adding a policy = one module + one config file: it is then selectable (and configurable) in
-    cbm-intervene and cbm-automate, with no other file touched."""
-    import sys
+#: A user's intervener, in their own module: every requested concept answered "present".
+NEW_INTERVENER = '''
+"""``yes``: answers every requested concept with 1 (an intervener of the user's own)."""
 
-    from cbm.experiments import automate
-    from cbm.interventions import registry
 
-    (tmp_path / "my_policies.py").write_text(NEW_POLICY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    conf = Path(CONF_DIR) / "policy" / "first.yaml"
-    conf.write_text("# @package policy.first\n_target_: my_policies.FirstPolicy\nreverse: false\n")
-    try:
-        assert "first" in registry.names("policy")
-        grid = intervene.run(cfg(workdir, "new-policy", policy={"first": {"reverse": True}}, intervener={"oracle": {}},
-                                 ks=[1, 2], per_example=True))  # fmt: skip
-        masks = grid.examples[("oracle", "first", 2)]["mask"]
-        assert masks[:, -2:].all() and not masks[:, :-2].any()  # reverse: the last two concepts
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            c = compose("automate", overrides=[f"checkpoint={workdir / 'cbm'}", "policy=first", "policy.first.reverse=true",
-                                               f"output_dir={tmp_path / 'auto'}", f"cache_dir={workdir / 'cache'}",
-                                               "ks=[0,1]", "target_accuracy=0.5", "method=empirical", "+data_overrides.n_calib=200"])  # fmt: skip
-        report = automate.run(c)
-        assert report["config"]["policy"] == {"first": {"_target_": "my_policies.FirstPolicy", "reverse": True}}
-    finally:
-        conf.unlink()
-        sys.modules.pop("my_policies", None)
+class AlwaysYes:
+    @dataclass
+    class Config:
+        value: float = 1.0
+        log: str = ""  # a file each call appends the number of concepts it answered to
+
+    def __init__(self, value=1.0, log=""):
+        self.value, self.log = value, log
+
+    @classmethod
+    def from_config(cls, cfg, ctx):
+        return cls(cfg.value, cfg.log)
+
+    def __call__(self, batch, state, mask):
+        if self.log:
+            with open(self.log, "a") as f:
+                f.write(f"{int(mask.sum())}\\n")
+        return state.probs.new_full(state.probs.shape, self.value)
+'''
+
+
+def user_components(root: Path) -> tuple[Path, Path]:
+    """A user's policy and intervener, each one module and one YAML, in a folder of their own (nothing
+    is written into the package): ``(config dir, module dir)``."""
+    mods, conf = root / "mymods", root / "myconf"
+    (conf / "policy").mkdir(parents=True)
+    (conf / "intervener").mkdir(parents=True)
+    mods.mkdir()
+    (mods / "my_policies.py").write_text(NEW_POLICY + NEW_INTERVENER)
+    (conf / "policy" / "first.yaml").write_text("# @package policy.first\n_target_: my_policies.FirstPolicy\nreverse: false\n")
+    (conf / "intervener" / "yes.yaml").write_text("# @package intervener.yes\n_target_: my_policies.AlwaysYes\nvalue: 1.0\nlog: \"\"\n")
+    return conf, mods
+
+
+def test_a_users_policy_and_intervener_from_their_own_folder_run_in_both_apps(workdir, tmp_path):
+    """Adding a policy or an intervener = one module + one config file in the user's own folder, found
+    through --config-dir (the module on PYTHONPATH): selectable and configurable in cbm-intervene and
+    cbm-automate, with no file of the package touched."""
+    import os
+
+    from forked import run_forked
+
+    conf, mods = user_components(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(mods), os.environ.get("PYTHONPATH", "")) if p)}
+    out = tmp_path / "int"
+    common = ["--config-dir", str(conf), f"checkpoint={workdir / 'cbm'}", f"cache_dir={workdir / 'cache'}", "logger=csv_only"]
+    res = run_forked("cbm-intervene", [*common, "policy=[first,random]", "policy.first.reverse=true", "intervener=[yes,oracle]",
+                                       f"intervener.yes.log={tmp_path / 'yes.log'}", "ks=[0,2,max]", "per_example=true", f"hydra.run.dir={out}"], tmp_path, env)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {(r["intervener"], r["policy"]) for r in rows} == {(i, p) for i in ("yes", "oracle") for p in ("first", "random")}
+    masks = torch.load(out / "per_example.pt", weights_only=True)["oracle/first/2"]["mask"]
+    assert masks[:, -2:].all() and not masks[:, :-2].any()  # reverse: the last two concepts
+    answered = [int(n) for n in (tmp_path / "yes.log").read_text().split()]
+    assert answered and sum(answered) > 0  # the user's intervener answered, with the settings its command line gave
+    res = run_forked("cbm-automate", [*common, "policy=first", "policy.first.reverse=true", "ks=[0,1]", "target_accuracy=0.5",
+                                      "method=empirical", "+data_overrides.n_calib=200", f"hydra.run.dir={tmp_path / 'auto'}"],
+                     tmp_path, env)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((tmp_path / "auto" / "automation.json").read_text())
+    assert report["config"]["policy"] == {"first": {"_target_": "my_policies.FirstPolicy", "reverse": True}}
+    assert not (Path(CONF_DIR) / "policy" / "first.yaml").exists()
