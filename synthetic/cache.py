@@ -1,6 +1,6 @@
 """On-disk cache of generated datasets, keyed by a hash of the generator config.
 
-Writes are atomic (:mod:`synthetic.atomic`) and guarded by a file lock, so parallel
+Writes are atomic (:mod:`cbm.core.atomic`) and guarded by a file lock, so parallel
 sweep jobs share one cache safely. Each file stores its key: a corrupted or truncated
 file, a file of another config or one missing an array is detected on load and
 regenerated; temp files of killed writers are removed on the next access.
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from synthetic.atomic import (
+from cbm.core.atomic import (
     WriteError,
     clean_orphans,
     describe,
@@ -127,6 +127,13 @@ def cached_block(key: dict[str, Any], build: Callable[[], np.ndarray], prefix: s
     """``build()``'s array through the auxiliary cache set by :func:`aux_cache` (atomic, locked,
     keyed and validated like datasets); without one, just ``build()``."""
     return cached_arrays(key, lambda: {"block": build()}, _AUX_DIR.get(), prefix=prefix, required=("block",))["block"]
+
+
+def cached_block_arrays(key: dict[str, Any], build: Callable[[], dict[str, np.ndarray]], prefix: str,
+                        required: Collection[str] = ()) -> dict[str, np.ndarray]:  # fmt: skip
+    """Several arrays through the auxiliary cache set by :func:`aux_cache` (as :func:`cached_block`);
+    without one, just ``build()``. What a run computes once and other runs reuse (a trained OCR)."""
+    return cached_arrays(key, build, _AUX_DIR.get(), prefix=prefix, required=required)
 
 
 def cached_without_images(

@@ -8,11 +8,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cbm.config.budgets import check_budgets
 from cbm.config.names import CALIBRATION_METHODS as METHODS
 from cbm.config.names import DEVICES, SCORES
-from cbm.config.paths import group_defaults, resolve_checkpoint
 from cbm.config.train import LoggerConfig, follow_logger
-from cbm.config.validate import ConfigError, check_budgets, to_dataclass
+from cbm.core.paths import group_defaults, resolve_checkpoint
+from cbm.core.validation import ConfigError, to_dataclass
+
+#: Splits ``cbm-automate`` may calibrate on (the test split never).
+CALIBRATION_SPLITS = ("calib", "val")
 
 
 @dataclass
@@ -24,6 +28,13 @@ class AutomateConfig:
     delta: float = 0.1
     method: str = "ltt"
     score: str = "probability"
+    #: Split the threshold (and Platt scaling) is fitted on: ``calib``, or ``val`` (concept-benchmark
+    #: 0.4.1 fits both on its validation boards, which also chose the model's epoch).
+    calib_split: str = "calib"
+    #: Platt-scale a two-class model's ``P(y=1)`` on that split before the threshold, as 0.4.1 does
+    #: (``sigmoid(a logit(p) + b)``, sklearn ``LogisticRegression(C=1e6)``); the same scaling is applied
+    #: to every prediction the flow scores, before and after interventions.
+    platt: bool = False
     #: The policy, ``{name: settings}`` (the config group ``policy``; exactly one).
     policy: dict[str, Any] = field(default_factory=dict)
     #: The intervener, ``{name: settings}`` (the config group ``intervener``; exactly one).
@@ -59,6 +70,10 @@ class AutomateConfig:
             raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
+        if self.calib_split not in CALIBRATION_SPLITS:
+            raise ValueError(f"calib_split must be one of {CALIBRATION_SPLITS}, got '{self.calib_split}'")
+        if self.platt and self.score != "probability":
+            raise ValueError("platt=true scales the predicted probability: it needs score=probability")
         check_budgets(self.ks, "ks")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("batch_size and eval_batch_size must be >= 1")

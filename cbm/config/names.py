@@ -18,6 +18,6 @@ INTERVENERS = ("oracle", "expert", "llm")
 AUTOMATION_INTERVENERS = ("oracle", "expert")
 #: Abstention scores and threshold calibration methods (``cbm.selective``).
 SCORES = ("probability", "uncertainty")
-CALIBRATION_METHODS = ("empirical", "sgr", "ltt")
+CALIBRATION_METHODS = ("empirical", "plugin", "sgr", "ltt")
 #: The ``device`` option of the evaluation commands.
 DEVICES = ("auto", "cpu", "cuda")

@@ -23,11 +23,12 @@ from omegaconf import DictConfig
 
 from cbm.config.automate import AutomateConfig
 from cbm.config.automate import validate as validate_schema
-from cbm.config.validate import as_dict
-from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import markdown_table, resolve_device, say, write_json_atomic
+from cbm.core.atomic import ensure_dir, write_csv_atomic
+from cbm.core.cli import hydra_app
+from cbm.core.common import markdown_table, say, write_json_atomic
+from cbm.core.validation import as_dict
 from cbm.tracking import wandb_run
-from synthetic.atomic import ensure_dir, write_csv_atomic
+from cbm.training.device import resolve_device
 
 log = logging.getLogger("cbm.automate")
 
@@ -101,28 +102,38 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     def make_policy():  # a fresh, identically seeded policy per budget k (a copy of the unused, prepared one)
         return copy.deepcopy(policy)
 
+    transform, platt = None, None
+    if cfg.platt:  # 0.4's Platt scaling of P(y=1), fitted on the calibration split's predictions
+        from cbm.selective.platt import fit_platt
+
+        if int(getattr(model, "n_classes", 2)) != 2:
+            raise ValueError(f"platt=true scales P(y=1) of a two-class model; this one has {model.n_classes} classes")
+        raw = score_split(model, dm.loader(cfg.calib_split), "probability")
+        platt = fit_platt(np.where(raw.preds == 1, raw.scores, 1.0 - raw.scores), raw.y)
+        transform = platt.logits
     try:
         calib, cal_scored = calibrate_model(
-            model, dm.loader("calib"), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score
+            model, dm.loader(cfg.calib_split), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score, transform
         )
     except TargetUnreachable as err:  # a result ("cannot reach the target"), not bad input: n/a rows
         log.warning("calibration failed: %s", err)
-        return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy":
-                       cfg.target_accuracy, "delta": cfg.delta}, [not_available(k, str(err)) for k in ks], {})  # fmt: skip
+        return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy": cfg.target_accuracy,
+                       "delta": cfg.delta, "split": cfg.calib_split, "platt": platt and platt.to_dict()},
+                       [not_available(k, str(err)) for k in ks], {})  # fmt: skip
     outcomes = run_automation(
-        model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs
+        model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform
     )
     results = [outcomes[k].summary(cfg.target_accuracy) for k in ks]
     for r in results:
         if "note" in r:
             log.warning("k=%s: %s", r["k"], r["note"])
-    cal_dict = calib.to_dict()
+    cal_dict = {**calib.to_dict(), "split": cfg.calib_split, "platt": platt and platt.to_dict()}
     if cfg.score == "uncertainty":
         cal_dict["tau_uncertainty"] = uncertainty_threshold(calib.tau)
     cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
-    curves = {"calib (k=0)": _thin(cal_cov, cal_risk)}
+    curves = {f"{cfg.calib_split} (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
-    scored = {"calib": cal_scored, "test": score_split(model, dm.loader("test"), cfg.score)}
+    scored = {cfg.calib_split: cal_scored, "test": score_split(model, dm.loader("test"), cfg.score, transform)}
     conf = confidence_histograms(scored, calib.tau, cfg.score, int(getattr(model, "n_classes", 2)))
     return _report(model, cfg, costs, cal_dict, results, curves, conf)
 

@@ -17,14 +17,11 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.concurrency import Terminated, stoppable, stopped
-from cbm.config import ConfigError, to_dataclass
-from cbm.config.safe_paths import check_creatable
 from cbm.config.train import TrainConfig
-from cbm.config.validate import as_dict
-from cbm.experiments import runlock
-from cbm.experiments.cli import hydra_app
-from cbm.experiments.common import (
+from cbm.core import runlock
+from cbm.core.atomic import clean_orphans, ensure_dir
+from cbm.core.cli import hydra_app
+from cbm.core.common import (
     clean_errors,
     dry_run,
     log_to,
@@ -33,11 +30,13 @@ from cbm.experiments.common import (
     write_json_atomic,
     write_text_atomic,
 )
-from cbm.experiments.lifeline import die_with_parent
+from cbm.core.concurrency import Terminated, stoppable, stopped
+from cbm.core.lifeline import die_with_parent
+from cbm.core.safe_paths import check_creatable
+from cbm.core.validation import ConfigError, as_dict, to_dataclass
 from cbm.experiments.tables import RULES_FILE
 from cbm.models.registry import validate_model
 from cbm.tracking.wandb_run import check_api_key
-from synthetic.atomic import clean_orphans, ensure_dir
 from synthetic.registry import data_config
 from synthetic.resources import check_footprint
 
@@ -156,10 +155,11 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     from cbm.interventions.evaluate import intervention_accuracy, resolve_ks
     from cbm.interventions.policies.random import RandomPolicy
     from cbm.models import build_model
+    from cbm.tracking.lightning import log_training_results, replay_csv
     from cbm.tracking.wandb_run import distinct_name, exit_code_for, hydra_job, run_config, write_record
     from cbm.training.checkpoint import read_checkpoint
     from cbm.training.trainer import build_trainer, finish_wandb, wandb_logger_of
-    from cbm.training.wandb_logging import log_training_results, replay_csv
+    from synthetic.cache import aux_cache
     from synthetic.datamodule import SyntheticDataModule
     from synthetic.registry import data_info, load_data
 
@@ -211,7 +211,8 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     timing: dict[str, float] = {"data_s": data_s}
     try:
         start = time.perf_counter()
-        trainer.fit(model, datamodule=dm, ckpt_path=str(last) if resume else None, weights_only=True)
+        with aux_cache(train_cfg.cache_dir):  # what a model computes once for its data (a trained OCR) is shared there
+            trainer.fit(model, datamodule=dm, ckpt_path=str(last) if resume else None, weights_only=True)
         timing["fit_s"] = time.perf_counter() - start
         ckpt = trainer.checkpoint_callback.best_model_path or None
         start = time.perf_counter()

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassAccuracy
 
-from cbm.config import ConfigError, to_dataclass
+from cbm.core.validation import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig, settings_of
 from cbm.models.hooks import InterventionHooks
@@ -247,6 +247,11 @@ class ConceptModel(L.LightningModule, InterventionHooks):
 
     def _eval_step(self, batch: Batch, stage: str) -> None:
         state, y_logits = self(batch["x"])
+        self._update_metrics(stage, batch, state, y_logits)
+
+    def _update_metrics(self, stage: str, batch: Batch, state: ConceptState, y_logits: Tensor) -> None:
+        """Update and log ``stage``'s metrics with a batch's predictions (a model that validates on
+        something else than ``x``, such as the OCR models' true digits, calls it directly)."""
         metrics = self._metrics[stage]
         y = batch["y"]
         metrics["task_acc"].update(y_logits, y)

@@ -6,7 +6,7 @@ subclass in any importable module with a config file of its own (``--config-dir`
 
 Torch-free for the built-ins: their schemas are known here, so a command line is validated before
 torch is imported. A ``_target_`` is code: it is imported and checked to be a ``ConceptModel``
-subclass before anything calls it (:func:`cbm.config.targets.resolve`); a function or another class
+subclass before anything calls it (:func:`cbm.core.targets.resolve`); a function or another class
 is one line, never called.
 """
 
@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from cbm.config.targets import resolve
-from cbm.config.validate import ConfigError, as_dict, to_dataclass
+from cbm.core.targets import resolve
+from cbm.core.validation import ConfigError, as_dict, to_dataclass
 from cbm.models.config import MODEL_CONFIGS, ModelConfig
+from cbm.models.ocr_config import OCR_MODELS
 
 if TYPE_CHECKING:
     from cbm.models.base import ConceptModel
@@ -39,7 +40,9 @@ BUILTIN_TARGETS: dict[str, str] = {
     "dcr": "cbm.models.dcr.DCR",
 }
 #: A built-in class -> its schema, known without importing the class (or torch).
-_BUILTIN_SCHEMAS: dict[str, type[ModelConfig]] = {t: MODEL_CONFIGS[n] for n, t in BUILTIN_TARGETS.items()}
+BUILTIN_TARGETS.update({name: target for name, (target, _) in OCR_MODELS.items()})  # the two-stage Sudoku models
+_BUILTIN_SCHEMAS: dict[str, type[ModelConfig]] = {t: {**MODEL_CONFIGS, **{n: s for n, (_, s) in OCR_MODELS.items()}}[n]
+                                                  for n, t in BUILTIN_TARGETS.items()}  # fmt: skip
 
 NEED = "a ConceptModel subclass (cbm.models.ConceptModel: encode / intervene / predict)"
 

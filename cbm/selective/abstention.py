@@ -36,7 +36,8 @@ def probability_score(logits: Tensor) -> Tensor:
         return torch.maximum(p, 1.0 - p)
     if logits.dim() != 2:
         raise ValueError(f"task logits must be [B,C], got shape {tuple(logits.shape)}")
-    return torch.softmax(logits.float(), dim=1).max(dim=1).values
+    # float64 logits (Platt-scaled ones) keep float64: confidences within 1e-8 of 1 stay apart
+    return torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=1).max(dim=1).values
 
 
 def predictions(logits: Tensor) -> Tensor:

@@ -62,15 +62,25 @@ def _to_device(batch: Mapping[str, Any], device) -> Batch:
     return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
+#: Maps a batch's task logits to the ones the flow scores (Platt scaling: ``Platt.logits``); ``None``: as predicted.
+LogitMap = Callable[[Tensor], Tensor] | None
+
+
+def _task_logits(model, state, transform: LogitMap) -> Tensor:
+    logits = model.predict(state)
+    return logits if transform is None else transform(logits)
+
+
 @torch.no_grad()
-def score_split(model, batches: Iterable[Batch], score: str = "probability") -> Scored:
-    """Confidence scores and predictions of ``model`` on every example of ``batches``."""
+def score_split(model, batches: Iterable[Batch], score: str = "probability", transform: LogitMap = None) -> Scored:
+    """Confidence scores and predictions of ``model`` on every example of ``batches`` (``transform``:
+    applied to the task logits first, e.g. Platt scaling)."""
     model.eval()
     scores, preds, ys = [], [], []
     for batch in batches:
         batch = _to_device(batch, model.device)
         state = model.encode(batch["x"])
-        logits = model.predict(state)
+        logits = _task_logits(model, state, transform)
         scores.append(confidence(model, state, logits, score).double().cpu())
         preds.append(predictions(logits).cpu())
         ys.append(batch["y"].cpu())
@@ -86,9 +96,10 @@ def calibrate_model(
     method: str = "ltt",
     delta: float = 0.1,
     score: str = "probability",
+    transform: LogitMap = None,
 ) -> tuple[Calibration, Scored]:
     """Choose ``tau`` on the calibration split (and only there)."""
-    cal = score_split(model, calib_batches, score)
+    cal = score_split(model, calib_batches, score, transform)
     return calibrate(cal.scores, cal.correct, target_accuracy, method, delta), cal
 
 
@@ -170,12 +181,14 @@ def run_automation(
     intervener: Intervener,
     score: str = "probability",
     costs: Tensor | None = None,
+    transform: LogitMap = None,
 ) -> dict[int, AutomationOutcome]:
     """Run the flow for every budget in ``ks`` on ``batches`` (encoded once per batch).
 
     ``policy_factory`` makes a fresh policy per ``k`` so results do not depend on the order of
     ``ks``; ``costs`` are normalised per-concept costs (:func:`~cbm.selective.metrics.concept_costs`),
-    uniform when ``None``.
+    uniform when ``None``; ``transform`` maps every task logit the flow scores (before and after an
+    intervention alike, e.g. Platt scaling).
     """
     model.eval()
     m = model.n_concepts
@@ -197,7 +210,7 @@ def run_automation(
         batch = _to_device(batch, model.device)
         n = len(batch["y"])
         state = model.encode(batch["x"])
-        logits = model.predict(state)
+        logits = _task_logits(model, state, transform)
         s0 = confidence(model, state, logits, score).double()
         pred0 = predictions(logits)
         acc0 = s0 > tau
@@ -212,7 +225,7 @@ def run_automation(
             if k > 0 and sub_state is not None:
                 new_state, mask = apply_intervention(model, sub_state, sub_batch, policies[k], intervener, k)
                 if mask.any():
-                    new_logits = model.predict(new_state)
+                    new_logits = _task_logits(model, new_state, transform)
                     s1 = confidence(model, new_state, new_logits, score).double()
                     score_f[idx] = s1
                     pred_f[idx] = predictions(new_logits)

@@ -13,6 +13,12 @@ The threshold is chosen on the held-out **calibration split only**; the rule is 
     one-sided binomial (Clopper–Pearson) upper bound at level ``delta / ceil(log2 n)``
     (a union bound over the thresholds tried). The widest-coverage threshold tried whose
     bound meets the target is returned.
+``plugin``
+    concept-benchmark 0.4.1's plug-in threshold (``concept_benchmark/evaluation/metrics.py``,
+    ``abstention_threshold``): the same widest coverage as ``empirical``, with ``tau`` placed just
+    below the last calibration score kept (``min(1e-6, half the gap to the next score dropped)``
+    below it, the next score being 0.5 when none is dropped) instead of at the first score dropped,
+    so a test score between the two is abstained on, as 0.4 abstains on it.
 ``ltt``
     Learn then Test (Angelopoulos et al., 2021) with fixed-sequence testing: a grid of
     thresholds fixed in advance (:func:`ltt_grid`) is walked from the most conservative
@@ -237,6 +243,28 @@ def calibrate_empirical(scores, correct, target_accuracy: float = 0.95, delta: f
     )
 
 
+#: 0.4's margin between the last kept confidence and its threshold (at most; half the gap if smaller).
+PLUGIN_MARGIN = 1e-6
+
+
+def calibrate_plugin(scores, correct, target_accuracy: float = 0.95, delta: float = 0.1) -> Calibration:
+    """concept-benchmark 0.4.1's plug-in threshold: :func:`calibrate_empirical`'s selection, ``tau``
+    just below its lowest kept score (see the module docstring)."""
+    s, c = _prepare(scores, correct, target_accuracy, delta, "plugin")
+    try:
+        emp = calibrate_empirical(s, c, target_accuracy, delta)
+    except TargetUnreachable as err:
+        raise TargetUnreachable(str(err).replace("empirical calibration", "plugin calibration", 1)) from None
+    kept = s[s > emp.tau]
+    low = float(kept.min())
+    dropped = s[s < low]
+    nxt = float(dropped.max()) if dropped.size else 0.5
+    tau = low - min(PLUGIN_MARGIN, 0.5 * max(low - nxt, 0.0))
+    if not tau < low:  # a gap below float resolution: the empirical threshold keeps the same set
+        tau = emp.tau
+    return Calibration(**{**emp.to_dict(), "method": "plugin", "tau": float(tau)})
+
+
 def calibrate_sgr(scores, correct, target_accuracy: float = 0.95, delta: float = 0.1) -> Calibration:
     """Selection with Guaranteed Risk: binary search, ``delta`` split over ``ceil(log2 n)`` steps."""
     s, c = _prepare(scores, correct, target_accuracy, delta, "sgr")
@@ -338,5 +366,5 @@ def calibrate(
     (0.8, 0.5)
     """
     check_request(target_accuracy, delta, method)
-    fn = {"empirical": calibrate_empirical, "sgr": calibrate_sgr, "ltt": calibrate_ltt}[method]
+    fn = {"empirical": calibrate_empirical, "plugin": calibrate_plugin, "sgr": calibrate_sgr, "ltt": calibrate_ltt}[method]
     return fn(scores, correct, target_accuracy, delta, **kwargs)

@@ -59,6 +59,7 @@ EXPERIMENT = [
     ([], "no experiment chosen: cbm-experiment +experiment=<name>", ()),
     (["+experiment=nope"], "config: unknown experiment 'nope' (choose from: alignment", ()),
     (["experiment=alignment"], "experiment", ()),
+    (["+experiment=paper_v04_sudoku", "automate.method=plug"], "automate.method must be one of ('empirical', 'plugin', 'sgr', 'ltt'), got 'plug'", ()),
     (["+experiment=alignment", "+experiment=tiny"], "experiment", (SLOW,)),
     # seeds and jobs
     ([*TINY, "seeds=[]"], "seeds must be a count (seeds=10) or distinct integers >= 0 ('seeds=[0,1,2]'), got []", ()),

@@ -43,7 +43,7 @@ def test_shipped_config_validates():
         ([], "checkpoint is required: cbm-automate checkpoint=<cbm-train run dir or .ckpt file>"),
         (
             ["checkpoint=r", "method=magic"],
-            "config: method must be one of ('empirical', 'sgr', 'ltt'), got 'magic'",
+            "config: method must be one of ('empirical', 'plugin', 'sgr', 'ltt'), got 'magic'",
         ),
         (
             ["checkpoint=r", "score=vibes"],
@@ -154,7 +154,7 @@ def test_cli_errors_are_one_line(tmp_path, monkeypatch, capsys):
     code, line = run_main(monkeypatch, capsys, hydra_dir, "checkpoint=x", "method=magic")
     assert (code, line) == (
         2,
-        "cbm-automate: error: config: method must be one of ('empirical', 'sgr', 'ltt'), got 'magic'",
+        "cbm-automate: error: config: method must be one of ('empirical', 'plugin', 'sgr', 'ltt'), got 'magic'",
     )
 
 
