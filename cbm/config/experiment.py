@@ -14,10 +14,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from cbm.config.budgets import check_budgets
 from cbm.config.names import CALIBRATION_METHODS
-from cbm.config.safe_paths import check_component
 from cbm.config.train import WandbSettings
-from cbm.config.validate import ConfigError, check_budgets, to_dataclass
+from cbm.core.safe_paths import check_component
+from cbm.core.validation import ConfigError, to_dataclass
 
 #: How cells start (``launcher``).
 LAUNCHERS = ("fork", "spawn")

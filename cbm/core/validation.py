@@ -147,6 +147,54 @@ def in_range(name: str, value: float, lo: float, hi: float, lo_open: bool = Fals
         raise ValueError(f"{name}: must be in {interval}, got {value}")
 
 
+def _bounds(lo: float | None, hi: float | None) -> str:
+    if lo is not None and hi is not None:
+        return f" in [{lo}, {hi}]"
+    return f" >= {lo}" if lo is not None else f" <= {hi}" if hi is not None else ""
+
+
+def integer(where: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` when it is an integer (a bool is not) inside ``[lo, hi]`` (a bound left ``None``: no
+    bound); else ``ValueError: <where>: expected an integer in [lo, hi], got <value>``."""
+    if isinstance(value, bool) or not isinstance(value, int) or (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{where}: expected an integer{_bounds(lo, hi)}, got {value!r}")
+    return value
+
+
+def number(where: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
+    """``value`` as a float when it is a finite number (a bool is not) inside ``[lo, hi]``; else
+    ``ValueError: <where>: expected a number in [lo, hi], got <value>`` (``a finite number`` without bounds)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (lo is not None and value < lo) or (hi is not None and value > hi):
+        kind = "a number" if lo is not None or hi is not None else "a finite number"
+        raise ValueError(f"{where}: expected {kind}{_bounds(lo, hi)}, got {value!r}")
+    return float(value)
+
+
+def boolean(where: str, value: Any) -> bool:
+    """``value`` when it is ``true`` or ``false``; else ``ValueError: <where>: expected true or false, got <value>``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def one_of(where: str, value: Any, choices: Any) -> Any:
+    """``value`` when it is one of ``choices``; else ``ValueError: <where>: must be one of [...], got <value>``."""
+    if isinstance(value, bool) or value not in tuple(choices):
+        raise ValueError(f"{where}: must be one of {list(choices)}, got {value!r}")
+    return value
+
+
+def span(where: str, value: Any, lo: float, hi: float) -> list[float]:
+    """``value`` as ``[a, b]`` floats when it is two numbers with ``lo <= a <= b <= hi``; else
+    ``ValueError: <where>: expected [a, b] with lo <= a <= b <= hi, got <value>``."""
+    pair = list(value) if isinstance(value, list | tuple) or OmegaConf.is_list(value) else None
+    nums = pair is not None and len(pair) == 2 and all(isinstance(x, int | float) and not isinstance(x, bool) for x in pair)
+    if not nums or not lo <= pair[0] <= pair[1] <= hi:
+        raise ValueError(f"{where}: expected [a, b] with {lo} <= a <= b <= {hi}, got {pair if pair is not None else value!r}")
+    return [float(x) for x in pair]
+
+
 def within_split(name: str, n: int, pool: int, split: str, sized_by: str | None = None) -> int:
     """``n`` when a split of ``pool`` items holds that many, else ``ValueError: <name>=<n> exceeds
     the <pool> items of split '<split>'`` (``sized_by``: the setting that sizes the split). The one

@@ -27,8 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from cbm.config.experiment import ExperimentConfig
 from cbm.config.experiment import validate as validate_schema
-from cbm.core import cells, forkserver, runlock
+from cbm.core import forkserver, runlock
 from cbm.core.atomic import ensure_dir
+from cbm.core.cells import Running
 from cbm.core.cli import hydra_app
 from cbm.core.common import DRY_RUN_ENV, say, write_json_atomic
 from cbm.core.concurrency import Terminated, drain, stopped
@@ -159,7 +160,7 @@ def clear_leftovers(cell: Cell) -> None:
             p.unlink()
 
 
-def run_cell(cell: Cell, threads: int, root: Path, running: cells.Running | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, threads: int, root: Path, running: Running | None = None) -> dict[str, Any]:
     """Run one cell to completion; its status, wall time and (on failure) the error line. The
     record names the cell's directory relative to the experiment's (the report reads it there)."""
     record: dict[str, Any] = {"key": cell.key, "stage": cell.stage, "setting": cell.setting, "model": cell.model,
@@ -180,7 +181,7 @@ def run_cell(cell: Cell, threads: int, root: Path, running: cells.Running | None
     write_json_atomic(cell.dir / "cell.json", {"fingerprint": cell.fingerprint(), "stage": cell.stage, "overrides": cell.overrides})
     env = {**os.environ, "CBM_NO_PRECHECK": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop(DRY_RUN_ENV, None)
-    running = running or cells.Running()
+    running = running or Running()
     start = time.perf_counter()
     proc = running.start(cmd, cell.dir / "output.txt", env)
     if proc is None:
@@ -216,13 +217,13 @@ def execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, A
     interruption (Ctrl-C) kills the running cells and starts no more."""
     server = start_server(launcher, cells)  # here, in the main thread, which outlives every cell
     try:
-        _execute(cells, jobs, root, log, save, cells.Running(server))
+        _execute(cells, jobs, root, log, save, Running(server))
     finally:
         if server is not None:
             server.close()
 
 
-def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, running: cells.Running) -> None:
+def _execute(cells: list[Cell], jobs: int, root: Path, log: dict[str, dict[str, Any]], save, running: Running) -> None:
     threads = cell_threads(jobs)
     total = len(cells)
     done = 0

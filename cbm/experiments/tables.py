@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cbm.core.tables import markdown_table
 from cbm.experiments.stats import mean_se, paired, paired_text
-from synthetic.tables import markdown_table
 
 #: Config keys that locate or label a run rather than define it (never a "swept setting").
 NOT_SETTINGS = ("output_dir", "cache_dir", "seed", "interventions", "eval_batch_size", "trainer.enable_progress_bar")
@@ -45,7 +45,7 @@ def _varied(flat: list[dict[str, Any]]) -> list[str]:
 def canonical_data(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with its ``data`` block as the generator records it (knobs added later dropped at
     their neutral value): runs written before and after such a knob compare equal."""
-    from cbm.config import ConfigError
+    from cbm.core.validation import ConfigError
     from synthetic.registry import data_config
 
     data = cfg.get("data")

@@ -93,8 +93,9 @@ def random_start(avail: Tensor, generator: torch.Generator | None = None) -> Ten
     """Bool ``[B,m]``: per row, a uniformly random number (0 to all but one) of the available
     concepts, chosen uniformly: the starting masks of the rollouts."""
     b, m = avail.shape
-    noise = torch.rand(b, m, generator=generator, device="cpu").to(avail.device).masked_fill(~avail, 2.0)
+    drawn_on = generator.device if generator is not None else avail.device  # a seeded generator: same draws anywhere
+    noise = torch.rand(b, m, generator=generator, device=drawn_on).to(avail.device).masked_fill(~avail, 2.0)
     rank = noise.argsort(1).argsort(1)  # the position of each concept in a random order of the available
     n_avail = avail.sum(1, keepdim=True)
-    size = (torch.rand(b, 1, generator=generator, device="cpu").to(avail.device) * n_avail).floor()  # 0 .. n-1
+    size = (torch.rand(b, 1, generator=generator, device=drawn_on).to(avail.device) * n_avail).floor()  # 0 .. n-1
     return (rank < size) & avail

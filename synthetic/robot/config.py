@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbm.core.validation import boolean, integer, number
 from synthetic.robot.attributes import BODY_CARDINALITY, BODY_NAMES, EXPRESSION_NAMES, MAX_SHIFT, MAX_TINT
 from synthetic.robot.concepts import ExpressionError, check_expression, load_concept_set
 from synthetic.robot.renderer import PART_NAMES
@@ -44,29 +45,6 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _number(where: str, value: Any, lo: float | None = None, hi: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        _fail(where, f"expected a finite number, got {value!r}")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        _fail(where, f"must be in [{lo}, {hi}], got {value!r}")
-    return float(value)
-
-
-def _integer(where: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        _fail(where, f"expected an integer, got {value!r}")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        _fail(where, f"must be {bounds}, got {value!r}")
-    return int(value)
-
-
-def _boolean(where: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        _fail(where, f"expected true or false, got {value!r}")
-    return value
-
-
 @dataclass
 class LabelConfig:
     """``Pr(Glorp | c) = sigmoid(scale * (sum_k weights[k] * term_k + bias))``.
@@ -93,10 +71,10 @@ class LabelConfig:
                 check_expression(str(term))
             except ExpressionError as err:
                 _fail("RobotConfig.label.weights", f"term {str(term)!r}: {err} (attribute names: {EXPRESSION_NAMES})")
-        self.weights = {str(k): _number(f"RobotConfig.label.weights.{k}", v) for k, v in weights.items()}
-        self.bias = _number("RobotConfig.label.bias", self.bias)
-        self.scale = _number("RobotConfig.label.scale", self.scale)
-        self.stochastic = _boolean("RobotConfig.label.stochastic", self.stochastic)
+        self.weights = {str(k): number(f"RobotConfig.label.weights.{k}", v) for k, v in weights.items()}
+        self.bias = number("RobotConfig.label.bias", self.bias)
+        self.scale = number("RobotConfig.label.scale", self.scale)
+        self.stochastic = boolean("RobotConfig.label.stochastic", self.stochastic)
 
 
 @dataclass
@@ -116,7 +94,7 @@ class SamplingConstraint:
         except ExpressionError as err:
             _fail(where, f"{err} (body attributes only: {[*BODY_NAMES, 'hand_edgy', 'foot_pointy']})")
         self.expr = str(self.expr)
-        self.min_fraction = _number(f"{where}[{self.expr!r}].min_fraction", self.min_fraction, 0.0, 1.0)
+        self.min_fraction = number(f"{where}[{self.expr!r}].min_fraction", self.min_fraction, 0.0, 1.0)
         if self.min_fraction > 0 and pattern_share(self.expr) == 0:
             _fail(where, f"{self.expr!r} matches no robot (every body attribute value is checked)")
 
@@ -136,8 +114,8 @@ class AsymmetricNoise:
     p10: float = 0.0
 
     def __post_init__(self) -> None:
-        self.p01 = _number("RobotConfig.concept_noise_asym.p01", self.p01, 0.0, 1.0)
-        self.p10 = _number("RobotConfig.concept_noise_asym.p10", self.p10, 0.0, 1.0)
+        self.p01 = number("RobotConfig.concept_noise_asym.p01", self.p01, 0.0, 1.0)
+        self.p10 = number("RobotConfig.concept_noise_asym.p10", self.p10, 0.0, 1.0)
 
 
 @dataclass
@@ -159,7 +137,7 @@ class MissingConcepts:
         if self.mechanism not in ("none", "mcar", "mnar"):
             _fail(f"{where}.mechanism", f"must be one of ['none', 'mcar', 'mnar'], got {self.mechanism!r}")
         for name in ("p", "present_prob", "absent_prob"):
-            setattr(self, name, _number(f"{where}.{name}", getattr(self, name), 0.0, 1.0))
+            setattr(self, name, number(f"{where}.{name}", getattr(self, name), 0.0, 1.0))
         if self.mechanism == "mcar" and self.p >= 1.0:
             _fail(f"{where}.p", "1.0 leaves no concept annotated")
 
@@ -200,8 +178,8 @@ class ConceptSource:
         if not isinstance(prompts, Mapping) or not all(isinstance(v, str) and v.strip() for v in prompts.values()):
             _fail(f"{where}.prompts", f"expected a mapping concept name -> non-empty text, got {prompts!r}")
         self.prompts = {str(k): str(v) for k, v in prompts.items()}
-        self.percentile = _number(f"{where}.percentile", self.percentile, 0.0, 100.0)
-        self.batch_size = _integer(f"{where}.batch_size", self.batch_size, 1)
+        self.percentile = number(f"{where}.percentile", self.percentile, 0.0, 100.0)
+        self.batch_size = integer(f"{where}.batch_size", self.batch_size, 1)
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             _fail(f"{where}.prompt", f"expected a non-empty text, got {self.prompt!r}")
         try:
@@ -227,7 +205,7 @@ class LabelNoise:
     splits: list[str] = field(default_factory=lambda: ["train", "val"])
 
     def __post_init__(self) -> None:
-        self.p = _number("RobotConfig.label_noise.p", self.p, 0.0, 0.5)
+        self.p = number("RobotConfig.label_noise.p", self.p, 0.0, 0.5)
         splits = _plain(self.splits)
         if isinstance(splits, str) or not isinstance(splits, list | tuple) or not set(map(str, splits)) <= set(SPLIT_NAMES):
             _fail("RobotConfig.label_noise.splits", f"expected a list of {list(SPLIT_NAMES)}, got {splits!r}")
@@ -257,8 +235,8 @@ class SpuriousCue:
     def __post_init__(self) -> None:
         if self.kind not in CUE_KINDS:
             _fail("RobotConfig.cue.kind", f"must be one of {list(CUE_KINDS)}, got {self.kind!r}")
-        self.correlation = _number("RobotConfig.cue.correlation", self.correlation, 0.0, 1.0)
-        self.strength = _integer("RobotConfig.cue.strength", self.strength, 1, 128)
+        self.correlation = number("RobotConfig.cue.correlation", self.correlation, 0.0, 1.0)
+        self.strength = integer("RobotConfig.cue.strength", self.strength, 1, 128)
 
 
 def body_grid() -> dict:
@@ -294,11 +272,11 @@ class NuisanceConfig:
     jitter: int = 16
 
     def __post_init__(self) -> None:
-        self.max_shift = _integer("RobotConfig.nuisance.max_shift", self.max_shift, 0, MAX_SHIFT)
-        self.arm_angle = _boolean("RobotConfig.nuisance.arm_angle", self.arm_angle)
-        self.leg_spread = _boolean("RobotConfig.nuisance.leg_spread", self.leg_spread)
-        self.palette = _boolean("RobotConfig.nuisance.palette", self.palette)
-        self.jitter = _integer("RobotConfig.nuisance.jitter", self.jitter, 0, MAX_TINT)
+        self.max_shift = integer("RobotConfig.nuisance.max_shift", self.max_shift, 0, MAX_SHIFT)
+        self.arm_angle = boolean("RobotConfig.nuisance.arm_angle", self.arm_angle)
+        self.leg_spread = boolean("RobotConfig.nuisance.leg_spread", self.leg_spread)
+        self.palette = boolean("RobotConfig.nuisance.palette", self.palette)
+        self.jitter = integer("RobotConfig.nuisance.jitter", self.jitter, 0, MAX_TINT)
 
 
 @dataclass
@@ -369,11 +347,11 @@ class RobotConfig:
     def __post_init__(self) -> None:
         if self.name != "robot":
             _fail("RobotConfig.name", f"must be 'robot', got {self.name!r}")
-        self.seed = _integer("RobotConfig.seed", self.seed, 0)
+        self.seed = integer("RobotConfig.seed", self.seed, 0)
         if self.modality not in MODALITIES:
             _fail("RobotConfig.modality", f"unknown modality {self.modality!r}; expected one of {list(MODALITIES)}")
-        self.image_size = _integer("RobotConfig.image_size", self.image_size, 8, 1024)
-        self.blur = _number("RobotConfig.blur", self.blur, 0.0, float(self.image_size))
+        self.image_size = integer("RobotConfig.image_size", self.image_size, 8, 1024)
+        self.blur = number("RobotConfig.blur", self.blur, 0.0, float(self.image_size))
         occlude = _plain(self.occlude)
         if isinstance(occlude, str) or not isinstance(occlude, list | tuple):
             _fail("RobotConfig.occlude", f"expected a list of part names, got {occlude!r}")
@@ -389,8 +367,8 @@ class RobotConfig:
         unknown = sorted({str(p) for p in visibility} - set(PART_NAMES))
         if unknown:
             _fail("RobotConfig.visibility", f"unknown part(s) {unknown}; expected names from {PART_NAMES}")
-        self.visibility = {str(k): _number(f"RobotConfig.visibility.{k}", v, 0.0, 1.0) for k, v in visibility.items()}
-        self.pixel_noise = _number("RobotConfig.pixel_noise", self.pixel_noise, 0.0, 255.0)
+        self.visibility = {str(k): number(f"RobotConfig.visibility.{k}", v, 0.0, 1.0) for k, v in visibility.items()}
+        self.pixel_noise = number("RobotConfig.pixel_noise", self.pixel_noise, 0.0, 255.0)
         try:
             concepts = load_concept_set(str(self.concept_set))
         except ValueError as err:
@@ -401,16 +379,16 @@ class RobotConfig:
             unknown = sorted(set(noise) - set(concepts.names))
             if unknown:
                 _fail("RobotConfig.concept_noise", f"unknown concept(s) {unknown}; concept set '{self.concept_set}' has {concepts.names}")
-            self.concept_noise = {str(k): _number(f"RobotConfig.concept_noise.{k}", v, 0.0, 0.5) for k, v in noise.items()}
+            self.concept_noise = {str(k): number(f"RobotConfig.concept_noise.{k}", v, 0.0, 0.5) for k, v in noise.items()}
         else:
-            self.concept_noise = _number("RobotConfig.concept_noise", noise, 0.0, 0.5)
+            self.concept_noise = number("RobotConfig.concept_noise", noise, 0.0, 0.5)
         for name in ("n_train", "n_calib", "n_test"):
-            setattr(self, name, _integer(f"RobotConfig.{name}", getattr(self, name), 0))
-        self.val_fraction = _number("RobotConfig.val_fraction", self.val_fraction, 0.0, 1.0)
+            setattr(self, name, integer(f"RobotConfig.{name}", getattr(self, name), 0))
+        self.val_fraction = number("RobotConfig.val_fraction", self.val_fraction, 0.0, 1.0)
         if self.n_train + self.n_calib + self.n_test == 0:
             _fail("RobotConfig.n_train", "every split is empty (n_train, n_calib and n_test are all 0)")
-        self.renders_per_robot = _integer("RobotConfig.renders_per_robot", self.renders_per_robot, 1)
-        self.text_shuffle = _boolean("RobotConfig.text_shuffle", self.text_shuffle)
+        self.renders_per_robot = integer("RobotConfig.renders_per_robot", self.renders_per_robot, 1)
+        self.text_shuffle = boolean("RobotConfig.text_shuffle", self.text_shuffle)
         self._resolve_label_rule()
         self._resolve_train_constraints()
         blocks = (("nuisance", NuisanceConfig), ("concept_noise_asym", AsymmetricNoise),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from cbm.core.validation import integer, number, one_of
 from synthetic.sudoku.geometry import BOXES, geometry
 from synthetic.sudoku.negatives import FAMILIES, fail_count_items, family_probs, parse_fail_counts
 from synthetic.sudoku.v04_config import V04Render
@@ -20,6 +21,8 @@ GLYPH_BANKS = ("per_split", "shared")
 #: How boards are drawn (``SudokuConfig.renderer``): gathered from glyph banks, or drawn board by
 #: board as concept-benchmark 0.4 draws them (``data.v04.*``).
 RENDERERS = ("bank", "v04")
+#: Where a setting's error points (``SudokuConfig.cell_size: ...``).
+W = "SudokuConfig"
 DEFAULT_NEGATIVE_OPS: dict[str, float] = {"line_swap": 0.25, "group_permute": 0.25, "corrupt": 0.5}
 #: Bytes a board takes in memory besides its image (board, checks, labels, render seeds).
 ROW_OVERHEAD = 2000
@@ -98,73 +101,52 @@ class SudokuConfig:
         if not isinstance(self.fail_counts, str):  # a mapping {"k": w} from Python code
             self.fail_counts = ", ".join(f"{k}:{w:g}" for k, w in fail_count_items(self.fail_counts))
 
-        def bad(msg: str) -> None:
-            raise ValueError(f"SudokuConfig: {msg}")
-
         if self.valid_board_ratio is not None:
-            if isinstance(self.valid_board_ratio, bool) or not isinstance(self.valid_board_ratio, (int, float)):
-                bad(f"valid_board_ratio={self.valid_board_ratio!r} must be a number in [0, 1]")
-            self.valid_fraction, self.valid_board_ratio = float(self.valid_board_ratio), None
-        if self.name != "sudoku":
-            bad(f"name must be 'sudoku', got '{self.name}'")
+            self.valid_fraction = number(f"{W}.valid_board_ratio", self.valid_board_ratio, 0.0, 1.0)
+            self.valid_board_ratio = None
+        one_of(f"{W}.name", self.name, ("sudoku",))
         for k in ("seed", "n_train", "n_val", "n_calib", "n_test"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                bad(f"{k}={v!r} must be a non-negative integer")
+            integer(f"{W}.{k}", getattr(self, k), 0)
         if self.n_train + self.n_val + self.n_calib + self.n_test <= 0:
-            bad("all split sizes are zero")
-        if not 0.0 <= float(self.valid_fraction) <= 1.0:
-            bad(f"valid_fraction={self.valid_fraction} must lie in [0, 1]")
-        if not isinstance(self.n_mip_seeds, int) or self.n_mip_seeds < 1:
-            bad(f"n_mip_seeds={self.n_mip_seeds!r} must be a positive integer")
-        if not isinstance(self.boards_per_mip_seed, int) or isinstance(self.boards_per_mip_seed, bool) or self.boards_per_mip_seed < 0:
-            bad(f"boards_per_mip_seed={self.boards_per_mip_seed!r} must be a non-negative integer (0 = always n_mip_seeds)")
+            raise ValueError(f"{W}: all split sizes are zero")
+        self.valid_fraction = number(f"{W}.valid_fraction", self.valid_fraction, 0.0, 1.0)
+        integer(f"{W}.n_mip_seeds", self.n_mip_seeds, 1)
+        integer(f"{W}.boards_per_mip_seed", self.boards_per_mip_seed, 0)  # 0 = always n_mip_seeds
         unknown = set(self.negative_ops) - set(FAMILIES)
         if unknown:
-            bad(f"negative_ops has unknown families {sorted(unknown)}; expected {list(FAMILIES)}")
+            raise ValueError(f"{W}: negative_ops has unknown families {sorted(unknown)}; expected {list(FAMILIES)}")
         if any(w < 0 for w in self.negative_ops.values()) or sum(self.negative_ops.values()) <= 0:
-            bad("negative_ops weights must be non-negative with a positive sum")
+            raise ValueError(f"{W}: negative_ops weights must be non-negative with a positive sum")
         try:
             family_probs(self.negative_ops, parse_fail_counts(self.fail_counts))
         except ValueError as err:
-            bad(str(err))
-        if self.modality not in ("image", "tabular"):
-            bad(f"modality must be 'image' or 'tabular', got '{self.modality}'")
-        if not isinstance(self.cell_size, int) or isinstance(self.cell_size, bool) or not 8 <= self.cell_size <= 128:
-            bad(f"cell_size={self.cell_size!r} must be an integer in 8..128")
-        if self.style not in ("printed", "handwritten"):
-            bad(f"style must be 'printed' or 'handwritten', got '{self.style}'")
-        if not isinstance(self.glyph_variants, int) or not 1 <= self.glyph_variants <= 1024:
-            bad(f"glyph_variants={self.glyph_variants!r} must be an integer in 1..1024")
-        if self.glyph_bank not in GLYPH_BANKS:
-            bad(f"glyph_bank must be one of {list(GLYPH_BANKS)}, got {self.glyph_bank!r}")
+            raise ValueError(f"{W}: {err}") from None
+        one_of(f"{W}.modality", self.modality, ("image", "tabular"))
+        integer(f"{W}.cell_size", self.cell_size, 8, 128)
+        one_of(f"{W}.style", self.style, ("printed", "handwritten"))
+        integer(f"{W}.glyph_variants", self.glyph_variants, 1, 1024)
+        one_of(f"{W}.glyph_bank", self.glyph_bank, GLYPH_BANKS)
         self.v04 = V04Render.coerce(self.v04)
-        if self.renderer not in RENDERERS:
-            bad(f"renderer must be one of {list(RENDERERS)}, got {self.renderer!r}")
+        one_of(f"{W}.renderer", self.renderer, RENDERERS)
         if self.renderer != "v04" and self.v04 != V04Render():
-            bad("v04.* settings are read only with renderer=v04")
+            raise ValueError(f"{W}: v04.* settings are read only with renderer=v04")
         if self.renderer == "v04":
             drawn = {"style": "handwritten", "pencil_prob": 0.0, "blur": 0.0, "noise": 0.0, "block_size": 3}
             off = [k for k, v in drawn.items() if getattr(self, k) != v]
             if off:
-                bad(f"renderer=v04 draws 9x9 boards its own way (handwriting, starters, bubbles): {off[0]}="
+                raise ValueError(f"{W}: renderer=v04 draws 9x9 boards its own way (handwriting, starters, bubbles): {off[0]}="
                     f"{getattr(self, off[0])!r} does not apply (needs {drawn[off[0]]!r})")  # fmt: skip
             if self.v04.handwriting == "font":
                 self.v04.font()  # a missing font is one line now, not a failure when the boards are drawn
-        if not 0.0 <= float(self.pencil_prob) <= 1.0:
-            bad(f"pencil_prob={self.pencil_prob} must lie in [0, 1]")
-        if not isinstance(self.pencil_max, int) or not 1 <= self.pencil_max <= 8:
-            bad(f"pencil_max={self.pencil_max!r} must be an integer in 1..8")
-        if float(self.blur) < 0 or float(self.noise) < 0:
-            bad("blur and noise must be non-negative")
-        if self.corruption not in CORRUPTIONS:
-            bad(f"corruption must be one of {list(CORRUPTIONS)}, got {self.corruption!r}")
-        if not isinstance(self.max_cell_swaps, int) or isinstance(self.max_cell_swaps, bool) or not 1 <= self.max_cell_swaps <= 9:
-            bad(f"max_cell_swaps={self.max_cell_swaps!r} must be an integer in 1..9")
-        if isinstance(self.block_size, bool) or self.block_size not in BOXES:
-            bad(f"block_size={self.block_size!r} must be one of {list(BOXES)} (4x4 or 9x9 boards)")
+        self.pencil_prob = number(f"{W}.pencil_prob", self.pencil_prob, 0.0, 1.0)
+        integer(f"{W}.pencil_max", self.pencil_max, 1, 8)
+        self.blur = number(f"{W}.blur", self.blur, 0.0)
+        self.noise = number(f"{W}.noise", self.noise, 0.0)
+        one_of(f"{W}.corruption", self.corruption, CORRUPTIONS)
+        integer(f"{W}.max_cell_swaps", self.max_cell_swaps, 1, 9)
+        one_of(f"{W}.block_size", self.block_size, BOXES)  # 4x4 or 9x9 boards
         if self.block_size != 3 and self.corruption != "swaps":
-            bad(f"block_size={self.block_size} makes its invalid boards by swaps: set corruption=swaps (the 'walk' "
+            raise ValueError(f"{W}: block_size={self.block_size} makes its invalid boards by swaps: set corruption=swaps (the 'walk' "
                 "families and fail_counts are defined on the 27 checks of a 9x9 board)")  # fmt: skip
 
     # ------------------------------------------------------------ helpers

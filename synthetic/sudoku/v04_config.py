@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cbm.core.validation import integer, number, one_of, span
+
 #: Where the handwriting's shapes come from: this project's stroke glyphs, or a font file.
 HANDWRITING = ("strokes", "font")
 
@@ -62,48 +64,26 @@ class V04Render:
     elastic_sigma: list[float] = field(default_factory=lambda: [2.0, 4.0])
 
     def __post_init__(self) -> None:
-        def bad(msg: str) -> None:
-            raise ValueError(f"SudokuConfig: v04.{msg}")
-
-        def integer(name: str, lo: int, hi: int) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                bad(f"{name}={v!r} must be an integer in {lo}..{hi}")
-
-        def number(name: str, lo: float, hi: float) -> float:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= float(v) <= hi:
-                bad(f"{name}={v!r} must be a number in [{lo}, {hi}]")
-            return float(v)
-
-        def span(name: str, lo: float, hi: float) -> None:
-            v = list(getattr(self, name))
-            if len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v) or not lo <= v[0] <= v[1] <= hi:
-                bad(f"{name}={v!r} must be [lo, hi] with {lo} <= lo <= hi <= {hi}")
-            setattr(self, name, [float(x) for x in v])
-
-        integer("draw_cell_px", 20, 200)
-        integer("margin_px", 0, 32)
-        integer("ink", 0, 254)
-        integer("starter_ink", 0, 254)
+        w = "SudokuConfig.v04"
+        for name, lo, hi in (("draw_cell_px", 20, 200), ("margin_px", 0, 32), ("ink", 0, 254), ("starter_ink", 0, 254)):
+            integer(f"{w}.{name}", getattr(self, name), lo, hi)
         for name in ("starter_share", "bubble_share", "thickness_prob", "elastic_prob"):
-            setattr(self, name, number(name, 0.0, 1.0))
-        self.stroke_em = number("stroke_em", 0.005, 0.3)
-        self.rotation_deg = number("rotation_deg", 0.0, 90.0)
-        self.offset = number("offset", 0.0, 0.5)
-        span("scale", 0.1, 4.0)
-        span("elastic_alpha", 0.0, 100.0)
-        span("elastic_sigma", 0.5, 20.0)
+            setattr(self, name, number(f"{w}.{name}", getattr(self, name), 0.0, 1.0))
+        self.stroke_em = number(f"{w}.stroke_em", self.stroke_em, 0.005, 0.3)
+        self.rotation_deg = number(f"{w}.rotation_deg", self.rotation_deg, 0.0, 90.0)
+        self.offset = number(f"{w}.offset", self.offset, 0.0, 0.5)
+        self.scale = span(f"{w}.scale", self.scale, 0.1, 4.0)
+        self.elastic_alpha = span(f"{w}.elastic_alpha", self.elastic_alpha, 0.0, 100.0)
+        self.elastic_sigma = span(f"{w}.elastic_sigma", self.elastic_sigma, 0.5, 20.0)
         blur = list(self.blur)
-        if not blur or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 10 for x in blur):
-            bad(f"blur={blur!r} must be a non-empty list of radii in [0, 10]")
-        self.blur = [float(x) for x in blur]
-        if self.handwriting not in HANDWRITING:
-            bad(f"handwriting must be one of {list(HANDWRITING)}, got {self.handwriting!r}")
+        if not blur:
+            raise ValueError(f"{w}.blur: expected a non-empty list of radii in [0, 10], got []")
+        self.blur = [number(f"{w}.blur[{i}]", x, 0.0, 10.0) for i, x in enumerate(blur)]
+        one_of(f"{w}.handwriting", self.handwriting, HANDWRITING)
         if self.font_file is not None and (not isinstance(self.font_file, str) or not self.font_file.strip()):
-            bad(f"font_file={self.font_file!r} must be a path (or null)")
+            raise ValueError(f"{w}.font_file: expected a path (or null), got {self.font_file!r}")
         if self.handwriting == "strokes" and self.font_file is not None:
-            bad("font_file is read only with handwriting=font")
+            raise ValueError(f"{w}.font_file: read only with handwriting=font")
 
     def font(self) -> str:
         """The font file of ``handwriting=font``: ``font_file``, else the Pecita font an installed

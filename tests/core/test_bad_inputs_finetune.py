@@ -72,7 +72,7 @@ SETTINGS = [
     ([M, "data.parts=knees"], "data.parts: must be a list of strings, got str 'knees'"),
     ([M, "data.build=sudoku", "data.questions=[colour]"], "data.questions: ['colour'] unknown (choose from: digit, row_valid)"),
     ([M, "data.source.image_size=96"], "unknown key 'data.source.image_size' (data.source is null: set it whole, 'data.source={image_size: ...}')"),
-    ([M, "data.source={image_size: 3}"], "data.source: RobotConfig.image_size: must be in [8, 1024], got 3"),
+    ([M, "data.source={image_size: 3}"], "data.source: RobotConfig.image_size: expected an integer in [8, 1024], got 3"),
     ([M, "data.source={name: sudoku}"], "data.source.name: 'sudoku' contradicts data.build=robot"),
     ([M, "data.source={n_test: 0}"], "data.source.n_test: the number of items is data.n"),
     ([M, "data.build=sudoku", "data.source={modality: tabular}"], "data.source.modality: counterfactual pairs are images, not 'tabular'"),

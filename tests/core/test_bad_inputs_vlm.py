@@ -178,7 +178,7 @@ ICL_SETTINGS = [
     ("datasets.robot.class_by=7", "datasets.robot.class_by: must be a string, got int 7", SLOW),
     ("+datasets.s={kind: sudoku, per_class: abc}", "datasets.s.per_class: must be an integer, got str 'abc'", SLOW),
     ("+datasets.s={kind: sudoku, per_class: 100000000}", "datasets.s.per_class: must lie in [1, 5000]"),
-    ("+datasets.s={kind: sudoku, cell_size: -3}", "datasets.s: bad render option (SudokuConfig: cell_size=-3", SLOW),
+    ("+datasets.s={kind: sudoku, cell_size: -3}", "datasets.s: bad render option (SudokuConfig.cell_size: expected an integer in [8, 128], got -3", SLOW),
     ("+datasets.s={kind: sudoku, colour: red}", "datasets.s: unknown keys ['colour']", SLOW),
     ("prompts.query='{}'", "prompts.query: '{}' is a positional placeholder"),
     ("prompts.query='{0}'", "prompts.query: '{0}' is a positional placeholder"),

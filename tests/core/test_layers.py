@@ -4,6 +4,7 @@ counting the imports inside functions and under ``TYPE_CHECKING``; no module is 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -115,3 +116,25 @@ def test_no_module_is_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}  # fmt: skip
     assert long == {}
+
+
+def alias_modules() -> set[str]:
+    """The deprecated aliases: the modules whose docstring starts with "Deprecated alias"."""
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if p.read_text(encoding="utf-8").startswith('"""Deprecated alias')}  # fmt: skip
+
+
+def test_nothing_of_ours_imports_a_deprecated_alias():
+    """The project's own code uses the new homes: an alias warns on import, and that warning is printed
+    above a command's one error line when the command runs as ``python -m`` (CI caught it once)."""
+    aliases = alias_modules()
+    assert {"cbm.concurrency", "synthetic.atomic", "cbm.experiments.common"} <= aliases
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    users = {(importer, alias) for alias in aliases for importer in graph.find_modules_that_directly_import(alias)
+             if importer not in aliases}  # fmt: skip
+    assert users == set()
+    others = [p for d in ("benchmarks", "docs", "notebooks", "tests") for p in (ROOT / d).rglob("*.py")]
+    pattern = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(re.escape(a) for a in sorted(aliases)) + r")\b(?!\.)", re.M)
+    used = {str(p.relative_to(ROOT)): m.group(1) for p in others if p.name != "test_aliases.py"
+            for m in [pattern.search(p.read_text(encoding="utf-8"))] if m}  # fmt: skip
+    assert used == {}

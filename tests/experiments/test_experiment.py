@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from cbm.config import ConfigError
+from cbm.core.cli import compose_plain, precheck
+from cbm.core.common import CONF_DIR
+from cbm.core.validation import ConfigError
 from cbm.experiments import experiment
-from cbm.experiments.cli import compose_plain, precheck
-from cbm.experiments.common import CONF_DIR
 from cbm.experiments.plan import plan
 from cbm.experiments.stats import mean_se
 from cbm.experiments.tables import automation_rows, intervention_rows, paired_rows, swept_keys, training_rows
@@ -53,7 +53,7 @@ def test_no_preset_and_bad_entries_are_one_line():
         precheck("experiment", ["+experiment=alignment", "models.cbm=['model=nope']"], experiment.validate)
     with pytest.raises(ConfigError, match=r"experiment: intervene.ks entries must be integers >= 0 or 'max', got -1"):
         precheck("experiment", ["+experiment=alignment", "intervene.ks=[0,-1]"], experiment.validate)
-    with pytest.raises(ConfigError, match=r"paper/cbm \(intervene\): config: unknown policy 'psychic' \(choose from: coop, global_order, gradient, intcem, random"):
+    with pytest.raises(ConfigError, match=r"paper/cbm \(intervene\): config: unknown policy 'psychic' \(choose from: coop, fixed_order, global_order, gradient, intcem, random"):
         precheck("experiment", ["+experiment=alignment", "intervene.policy=[psychic]"], experiment.validate)
 
 

@@ -174,10 +174,12 @@ def test_fast_and_generic_paths_agree_on_a_real_cbm():
 
     names = [f"c{i}" for i in range(7)]
     data = {"dataset": "toy", "modality": "tabular", "in_shape": [5], "concept_names": names, "class_names": ["a", "b", "c"]}
-    model = CBM(model={"name": "cbm", "backbone": {"name": "mlp", "hidden": [8], "out_dim": 8}}, data=data).eval()
-    with torch.no_grad():
-        model.head.weight.mul_(8)
-    state = model.encode(torch.randn(32, 5))
+    with torch.random.fork_rng():  # a seeded model and batch: not whatever an earlier test left in the global generator
+        torch.manual_seed(0)
+        model = CBM(model={"name": "cbm", "backbone": {"name": "mlp", "hidden": [8], "out_dim": 8}}, data=data).eval()
+        with torch.no_grad():
+            model.head.weight.mul_(8)
+        state = model.encode(torch.randn(32, 5))
     assert model.additive_logits(state) is not None and model.intervention_extras() == frozenset()
     table = subset_table(7, 3)
     fast = subset_responsiveness(model, state, table)

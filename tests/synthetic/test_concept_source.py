@@ -104,7 +104,7 @@ def test_free_concepts_replace_the_concept_set(clip_dir, tmp_path):
         ({"modality": "tabular", "concept_source": {"kind": "clip", "checkpoint": "x"}}, "needs modality=image"),
         ({"concept_noise": 0.1, "concept_source": {"kind": "clip", "checkpoint": "x"}}, "concept_noise must be off"),
         ({"concept_source": {"kind": "clip", "checkpoint": "x", "prompts": {"wings": "w"}}}, "unknown concept(s) ['wings']"),
-        ({"concept_source": {"kind": "clip", "checkpoint": "x", "percentile": 101}}, "percentile: must be in [0.0, 100.0]"),
+        ({"concept_source": {"kind": "clip", "checkpoint": "x", "percentile": 101}}, "percentile: expected a number in [0.0, 100.0]"),
         ({"concept_source": {"kind": "clip", "checkpoint": "x", "prompt": "{colour}"}}, "placeholders are"),
     ],
 )

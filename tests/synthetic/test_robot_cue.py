@@ -82,5 +82,5 @@ def test_configs_without_a_cue_keep_their_cache_key_and_a_cue_needs_images():
     assert g.cache_key(RobotConfig(cue={"kind": "none", "correlation": 0.3})) == g.cache_key(RobotConfig())
     with pytest.raises(ValueError, match=r"RobotConfig.cue.kind: a cue is drawn into images: needs modality=image, got 'tabular'"):
         RobotConfig(modality="tabular", cue={"kind": "corner"})
-    with pytest.raises(ValueError, match=r"RobotConfig.cue.correlation: must be in \[0.0, 1.0\], got 2"):
+    with pytest.raises(ValueError, match=r"RobotConfig.cue.correlation: expected a number in \[0.0, 1.0\], got 2"):
         RobotConfig(cue={"kind": "corner", "correlation": 2})

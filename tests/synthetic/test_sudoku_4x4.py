@@ -117,7 +117,7 @@ def test_block_size_knobs_and_cache_key():
     lab = labelled_boards(SudokuConfig(**{**SMALL, "n_test": 400}, valid_board_ratio=0.25, modality="tabular"))
     assert lab["y"][lab["split"] == 3].sum() == 100
     for kw, match in [({"block_size": 2}, "set corruption=swaps"), ({"block_size": 4, "corruption": "swaps"}, "must be one of"),
-                      ({"valid_board_ratio": "x"}, "valid_board_ratio"), ({"valid_board_ratio": 2.0}, "valid_fraction=2.0")]:  # fmt: skip
+                      ({"valid_board_ratio": "x"}, "valid_board_ratio"), ({"valid_board_ratio": 2.0}, "valid_board_ratio: expected a number in \\[0.0, 1.0\\], got 2.0")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             SudokuConfig(**kw)
 

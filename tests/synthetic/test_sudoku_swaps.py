@@ -68,7 +68,7 @@ def test_swaps_dataset_labels_come_from_the_checker():
 def test_default_walk_keeps_its_cache_key_and_bad_values_fail():
     assert "corruption" not in cache_key(SudokuConfig()) and "max_cell_swaps" not in cache_key(SudokuConfig())
     assert cache_key(SudokuConfig(corruption="swaps"))["corruption"] == "swaps"
-    for kw, match in [({"corruption": "shuffle"}, "corruption must be one of"), ({"max_cell_swaps": 0}, "max_cell_swaps"),
+    for kw, match in [({"corruption": "shuffle"}, "corruption: must be one of"), ({"max_cell_swaps": 0}, "max_cell_swaps"),
                       ({"max_cell_swaps": 10}, "max_cell_swaps")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             SudokuConfig(**kw)
@@ -82,5 +82,5 @@ def test_small_cells_render_every_board_and_refuse_below_eight(cell):
 
     data = generate(SudokuConfig(n_train=6, n_val=0, n_calib=0, n_test=0, style="handwritten", cell_size=cell, pencil_prob=0.3))
     assert data.x.shape == (6, image_size(cell), image_size(cell)) and data.x.min() == 0 and data.x.max() == 255
-    with pytest.raises(ValueError, match="must be an integer in 8..128"):
+    with pytest.raises(ValueError, match="cell_size: expected an integer in \\[8, 128\\], got 7"):
         SudokuConfig(cell_size=7)

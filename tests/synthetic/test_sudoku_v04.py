@@ -102,14 +102,14 @@ def test_glyphs_are_a_function_of_their_uniforms():
 @pytest.mark.parametrize(
     "kw,msg",
     [
-        ({"renderer": "pen"}, "renderer must be one of"),
-        ({"v04": {"scale": [2, 1]}}, "v04.scale=[2, 1] must be [lo, hi]"),
+        ({"renderer": "pen"}, "renderer: must be one of"),
+        ({"v04": {"scale": [2, 1]}}, "v04.scale: expected [a, b] with 0.1 <= a <= b <= 4.0, got [2, 1]"),
         ({"v04": {"starter_share": 0.5}}, "v04.* settings are read only with renderer=v04"),
         ({"renderer": "v04"}, "style='printed' does not apply"),
         ({"renderer": "v04", "style": "handwritten", "pencil_prob": 0.2}, "pencil_prob=0.2 does not apply"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"stroke": 1}}, "unknown v04 keys ['stroke']"),
-        ({"renderer": "v04", "style": "handwritten", "v04": {"font_file": "x.otf"}}, "font_file is read only with handwriting=font"),
-        ({"renderer": "v04", "style": "handwritten", "v04": {"blur": []}}, "blur=[] must be a non-empty list"),
+        ({"renderer": "v04", "style": "handwritten", "v04": {"font_file": "x.otf"}}, "v04.font_file: read only with handwriting=font"),
+        ({"renderer": "v04", "style": "handwritten", "v04": {"blur": []}}, "v04.blur: expected a non-empty list"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"handwriting": "font", "font_file": "/no/such.otf"}}, "is not a file"),
     ],
 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbm.core.safe_paths import check_creatable
-from cbm.core.validation import within_split
+from cbm.core.validation import integer, number, within_split
 from synthetic.robot.attributes import PALETTES
 from synthetic.robot.config import CUE_KINDS
 
@@ -33,18 +33,6 @@ WRONG_DIGITS = ("outside", "repeat")
 #: The testbed's tasks: the robots (EDCT with the exact judge) or 4x4 Sudoku boards (reliance only).
 TASKS = ("robot", "sudoku")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-
-
-def _int(where: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"{where}: expected an integer in [{lo}, {hi}], got {value!r}")
-    return value
-
-
-def _float(where: str, value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= float(value) <= hi:
-        raise ValueError(f"{where}: expected a number in [{lo}, {hi}], got {value!r}")
-    return float(value)
 
 
 @dataclass
@@ -66,10 +54,10 @@ class ZooData:
     def __post_init__(self) -> None:
         from cbm.vlm.edct.exact import PHRASES
 
-        self.image_size = _int("data.image_size", self.image_size, 16, 256)
-        self.n_train = _int("data.n_train", self.n_train, 16, 1_000_000)
-        self.n_test = _int("data.n_test", self.n_test, 8, 1_000_000)
-        self.seed = _int("data.seed", self.seed, 0, 2**31 - 1)
+        self.image_size = integer("data.image_size", self.image_size, 16, 256)
+        self.n_train = integer("data.n_train", self.n_train, 16, 1_000_000)
+        self.n_test = integer("data.n_test", self.n_test, 8, 1_000_000)
+        self.seed = integer("data.seed", self.seed, 0, 2**31 - 1)
         if self.rule is None:
             self.rule = dict(DEFAULT_RULE)
         if not isinstance(self.rule, dict) or not self.rule:
@@ -77,12 +65,12 @@ class ZooData:
         for k, v in self.rule.items():
             if k not in PHRASES:
                 raise ValueError(f"data.rule: unknown concept {k!r}; expected some of {list(PHRASES)}")
-            _float(f"data.rule.{k}", v, -100.0, 100.0)
+            number(f"data.rule.{k}", v, -100.0, 100.0)
         self.rule = {str(k): float(v) for k, v in self.rule.items()}
-        self.bias = _float("data.bias", self.bias, -1000.0, 1000.0)
+        self.bias = number("data.bias", self.bias, -1000.0, 1000.0)
         if self.cue not in CUE_KINDS or self.cue == "none":
             raise ValueError(f"data.cue: expected one of {[k for k in CUE_KINDS if k != 'none']}, got {self.cue!r}")
-        self.cue_strength = _int("data.cue_strength", self.cue_strength, 1, 128)
+        self.cue_strength = integer("data.cue_strength", self.cue_strength, 1, 128)
 
 
 @dataclass
@@ -110,23 +98,23 @@ class ZooSudoku:
     member_lr: float = 3e-4
 
     def __post_init__(self) -> None:
-        self.vision_epochs = _int("sudoku.vision_epochs", self.vision_epochs, 0, 1000)
-        self.member_lr = _float("sudoku.member_lr", self.member_lr, 1e-7, 1.0)
+        self.vision_epochs = integer("sudoku.vision_epochs", self.vision_epochs, 0, 1000)
+        self.member_lr = number("sudoku.member_lr", self.member_lr, 1e-7, 1.0)
         if self.cells is not None:
             if isinstance(self.cells, str | dict) or not hasattr(self.cells, "__len__") or not len(self.cells):
                 raise ValueError(f"sudoku.cells: expected a list of cells 1-15 (or null: any), got {self.cells!r}")
-            self.cells = sorted({_int("sudoku.cells", c, 1, 15) for c in self.cells})
+            self.cells = sorted({integer("sudoku.cells", c, 1, 15) for c in self.cells})
         if self.wrong not in WRONG_DIGITS:
             raise ValueError(f"sudoku.wrong: expected one of {list(WRONG_DIGITS)}, got {self.wrong!r}")
-        self.n_train = _int("sudoku.n_train", self.n_train, 16, 1_000_000)
-        self.n_test = _int("sudoku.n_test", self.n_test, 8, 1_000_000)
-        self.seed = _int("sudoku.seed", self.seed, 0, 2**31 - 1)
-        self.cell_size = _int("sudoku.cell_size", self.cell_size, 8, 64)
+        self.n_train = integer("sudoku.n_train", self.n_train, 16, 1_000_000)
+        self.n_test = integer("sudoku.n_test", self.n_test, 8, 1_000_000)
+        self.seed = integer("sudoku.seed", self.seed, 0, 2**31 - 1)
+        self.cell_size = integer("sudoku.cell_size", self.cell_size, 8, 64)
         for name in ("few", "many"):
             value = getattr(self, name)
             if isinstance(value, str | dict) or not hasattr(value, "__len__") or len(value) != 2:
                 raise ValueError(f"sudoku.{name}: expected [lo, hi] shaded cells, got {value!r}")
-            setattr(self, name, [_int(f"sudoku.{name}", v, 0, 16) for v in value])
+            setattr(self, name, [integer(f"sudoku.{name}", v, 0, 16) for v in value])
         if self.few[0] > self.few[1] or self.many[0] > self.many[1] or self.few[1] >= self.many[0]:
             raise ValueError(f"sudoku.few / sudoku.many: expected lo <= hi and every few count below every many count, got {self.few} and {self.many}")
 
@@ -151,10 +139,10 @@ class ZooModel:
 
     def __post_init__(self) -> None:
         for k in ("hidden", "layers", "heads", "kv_heads", "vision_width", "vision_layers", "vision_heads", "patch"):
-            _int(f"model.{k}", getattr(self, k), 1, 4096)
+            integer(f"model.{k}", getattr(self, k), 1, 4096)
         if self.hidden % self.heads or self.heads % self.kv_heads or self.vision_width % self.vision_heads:
             raise ValueError("model: hidden must divide by heads, heads by kv_heads, vision_width by vision_heads")
-        _int("model.seed", self.seed, 0, 2**31 - 1)
+        integer("model.seed", self.seed, 0, 2**31 - 1)
 
 
 @dataclass
@@ -176,11 +164,11 @@ class ZooTrain:
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"train.schedule: expected one of {list(SCHEDULES)}, got {self.schedule!r}")
-        self.lr = _float("train.lr", self.lr, 1e-7, 1.0)
-        self.batch_size = _int("train.batch_size", self.batch_size, 1, 4096)
-        self.base_epochs = _int("train.base_epochs", self.base_epochs, 0, 1000)
-        self.member_epochs = _int("train.member_epochs", self.member_epochs, 1, 1000)
-        self.threads = _int("train.threads", self.threads, 0, 1024)
+        self.lr = number("train.lr", self.lr, 1e-7, 1.0)
+        self.batch_size = integer("train.batch_size", self.batch_size, 1, 4096)
+        self.base_epochs = integer("train.base_epochs", self.base_epochs, 0, 1000)
+        self.member_epochs = integer("train.member_epochs", self.member_epochs, 1, 1000)
+        self.threads = integer("train.threads", self.threads, 0, 1024)
 
 
 @dataclass
@@ -209,11 +197,11 @@ class ZooRepair:
         check_device_name(str(self.device), "repair.device")
         if self.quant != "none" and self.device == "cpu":
             raise ValueError(f"repair.quant={self.quant} (QLoRA) needs a CUDA GPU, not repair.device=cpu (on the CPU: repair.quant=none)")
-        self.pairs = _int("repair.pairs", self.pairs, 1, 1_000_000)
-        self.epochs = _int("repair.epochs", self.epochs, 1, 1000)
-        self.lr = _float("repair.lr", self.lr, 1e-7, 1.0)
-        self.r = _int("repair.r", self.r, 1, 4096)
-        self.alpha = _float("repair.alpha", self.alpha, 1e-6, 1e6)
+        self.pairs = integer("repair.pairs", self.pairs, 1, 1_000_000)
+        self.epochs = integer("repair.epochs", self.epochs, 1, 1000)
+        self.lr = number("repair.lr", self.lr, 1e-7, 1.0)
+        self.r = integer("repair.r", self.r, 1, 4096)
+        self.alpha = number("repair.alpha", self.alpha, 1e-6, 1e6)
 
 
 @dataclass
@@ -265,13 +253,13 @@ class ZooConfig:
         for k, v in self.members.items():
             if not _NAME.match(str(k)) or str(k) == "base":
                 raise ValueError(f"members: {k!r} is not a usable name (letters, digits, _ or -, not 'base')")
-            _float(f"members.{k}", v, 0.0, 1.0)
+            number(f"members.{k}", v, 0.0, 1.0)
         self.members = {str(k): float(v) for k, v in self.members.items()}
         if self.repair.member is not None and self.repair.member not in self.members:
             raise ValueError(f"repair.member: {self.repair.member!r} is not a member of the zoo ({', '.join(self.members)}); null: no fine-tuning")
-        self.edct_items = _int("edct_items", self.edct_items, 1, 1_000_000)
-        self.bootstrap = _int("bootstrap", self.bootstrap, 100, 100_000)
-        self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 4, 256)
+        self.edct_items = integer("edct_items", self.edct_items, 1, 1_000_000)
+        self.bootstrap = integer("bootstrap", self.bootstrap, 100, 100_000)
+        self.max_new_tokens = integer("max_new_tokens", self.max_new_tokens, 4, 256)
         self._check_splits()
         if self.task == "robot":
             check_rule(self.data.rule, self.data.bias)
