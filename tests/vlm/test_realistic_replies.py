@@ -96,7 +96,12 @@ CONCEPT_FORMS = [
 def chain_forms() -> list[str]:
     edits = "".join(f'<edit index="{i}"><concept>{c}</concept><keep>everything else</keep><change>the {c}</change>'
                     f"<how>redraw it</how><constraints>nothing else</constraints></edit>" for i, c in enumerate(CHAIN, 1))  # fmt: skip
-    return [edits, f"Here is the chain:\n```xml\n{edits}\n```", f"<think>Plan the order first.</think>\n{edits}"]
+    inner = [f"<concept>{c}</concept>\n<keep>everything else</keep>\n<change>the {c}</change>\n<how>redraw it</how>\n"
+             f"<constraints>nothing else</constraints>" for c in CHAIN]  # fmt: skip
+    headed = "I will make two edits.\n\n" + "\n\n".join(f"### Edit {i}\n{body}" for i, body in enumerate(inner, 1))
+    bold = "\n".join(f"**Edit {i}:**\n{body}" for i, body in enumerate(inner, 1))
+    numbered = "".join(f"<edit_{i}>{body}</edit_{i}>" for i, body in enumerate(inner, 1))
+    return [edits, f"Here is the chain:\n```xml\n{edits}\n```", f"<think>Plan the order first.</think>\n{edits}", headed, bold, numbered]
 
 
 def realistic(table: dict[bytes, str], never: bytes, failed_once: set[bytes], used: set[tuple[str, int]]):
@@ -174,6 +179,7 @@ def test_edct_scores_realistic_replies(tmp_path, httpserver):
     assert reasks["baseline"]["recovered"] == reasks["baseline"]["reasked"] - 1  # all but the item that always refuses
     assert all(v["recovered"] == v["reasked"] for k, v in reasks.items() if k != "baseline")
     assert sum(v["reasked"] for v in reasks.values()) >= 5  # refusals and unreadable verdicts did occur
+    assert reasks.get("chain", {"reasked": 0})["reasked"] == 0  # '### Edit 1' sections and <edit_1> blocks are read as they come
     # every answer read is the right one (the <think> block's other answer never counts), every step judged
     kept = [r for i, r in enumerate(recs) if i != 3]
     assert all(r["baseline"]["answer"] == table[items[i].array.tobytes()] for i, r in enumerate(recs) if i != 3)

@@ -124,13 +124,35 @@ def _list_items(text: str) -> list[str]:
     return [re.sub(r"[*_`\"]", "", i).split(":")[0].strip(" .") for i in items]
 
 
+#: ``<edit_1>...</edit_1>`` (also ``<edit-1>``): an edit numbered in its tag name.
+_NUMBERED_EDIT = re.compile(r"<edit[_-](\d+)\b[^>]*>(.*?)</edit[_-]\1\s*>", re.IGNORECASE | re.DOTALL)
+#: A heading over an edit's inner tags: ``### Edit 1``, ``**Edit 2:**``, ``Edit 3 -`` on a line of its own.
+_EDIT_HEADING = re.compile(r"(?im)^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?[ \t]*edit[ \t]*#?(\d+)\b")
+
+
+def edit_blocks(reply: str) -> list[str]:
+    """The edits of a chain reply, in order, in the first of the forms real models write: ``<edit>``
+    blocks; ``<edit_1>`` ... ``<edit_N>`` blocks (sorted by their number); or sections under ``Edit N``
+    headings (Markdown ``### Edit 1``, ``**Edit 1:**``) that hold the inner tags."""
+    blocks = _EDIT.findall(reply)
+    if blocks:
+        return blocks
+    numbered = _NUMBERED_EDIT.findall(reply)
+    if numbered:
+        return [body for _, body in sorted(numbered, key=lambda nb: int(nb[0]))]
+    heads = list(_EDIT_HEADING.finditer(reply))
+    sections = [reply[h.end(1): heads[j + 1].start() if j + 1 < len(heads) else len(reply)] for j, h in enumerate(heads)]
+    return [sec for sec in sections if any(parse_tag(sec, f).value for f in EDIT_FIELDS)]
+
+
 def parse_edit_chain(reply: str, concepts: Sequence[str]) -> tuple[list[EditInstruction], list[ParseError]]:
-    """One :class:`EditInstruction` per ``<edit>`` block, in order; a block without ``<concept>``
-    takes the concept at its position; fewer blocks than concepts is an error (the chain is cut)."""
+    """One :class:`EditInstruction` per edit (:func:`edit_blocks`: ``<edit>`` blocks, ``<edit_N>``
+    blocks or ``### Edit N`` sections), in order; an edit without ``<concept>`` takes the concept at
+    its position; fewer edits than concepts is an error (the chain is cut)."""
     errors: list[ParseError] = []
     chain = []
     reply = clean_reply(reply)
-    for i, block in enumerate(_EDIT.findall(reply or "")):
+    for i, block in enumerate(edit_blocks(reply or "")):
         fields = {}
         for f in (*EDIT_FIELDS, "target"):
             r = parse_tag(block, f)
@@ -143,7 +165,8 @@ def parse_edit_chain(reply: str, concepts: Sequence[str]) -> tuple[list[EditInst
         chain.append(EditInstruction(fields["concept"], fields["keep"], fields["change"], fields["how"], fields["constraints"],
                                      fields["target"] or None))  # fmt: skip
     if len(chain) < len(concepts):
-        kind = "unclosed" if re.search(r"<edit\b", reply or "", re.IGNORECASE) and not _EDIT.search(reply or "") else "missing"
+        opened = re.search(r"<edit(?:\b|[_-]\d)", reply or "", re.IGNORECASE)
+        kind = "unclosed" if opened and not _EDIT.search(reply or "") and not _NUMBERED_EDIT.search(reply or "") else "missing"
         errors.append(ParseError(kind, f"{len(chain)} edit(s) for {len(concepts)} concept(s)"))
     return chain[: len(concepts)], errors
 
