@@ -53,3 +53,16 @@ def decode_image_part(part: dict[str, Any]) -> Image.Image:
 def user_message(text: str, images: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
     """One user turn: the images first, then the text (the order most VLM chat templates expect)."""
     return {"role": "user", "content": [*(image_part(im) for im in images), {"type": "text", "text": text}]}
+
+
+#: Most characters of the problem a re-ask names (a reply's parse errors can be long).
+REASK_PROBLEM_CHARS = 300
+
+
+def reask_turns(msgs: list[dict[str, Any]], reply: str, template: str, problem: str) -> list[dict[str, Any]]:
+    """The one re-ask of the VLM wing (EDCT and ICL): ``msgs`` continued by the unreadable ``reply``
+    and a user turn, ``template`` formatted with ``problem`` (cut to :data:`REASK_PROBLEM_CHARS`;
+    empty: "no usable value"), in the same conversation."""
+    problem = problem[:REASK_PROBLEM_CHARS] or "no usable value"
+    return [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
+

@@ -36,3 +36,13 @@ def test_user_message_puts_images_before_text():
 def test_bad_images_are_one_clear_error(image, match):
     with pytest.raises(ValueError, match=match):
         image_part(image)
+
+
+def test_the_one_reask_continues_the_conversation_and_cuts_the_problem():
+    from cbm.vlm.messages import REASK_PROBLEM_CHARS, reask_turns
+
+    msgs = [user_message("Which class?")]
+    out = reask_turns(msgs, "Hmm.", "Your reply could not be read ({problem}). Answer again.", "x" * 1000)
+    assert out[:1] == msgs and out[1] == {"role": "assistant", "content": "Hmm."}
+    assert out[2] == user_message(f"Your reply could not be read ({'x' * REASK_PROBLEM_CHARS}). Answer again.")
+    assert reask_turns([], "", "({problem})", "")[-1] == user_message("(no usable value)")

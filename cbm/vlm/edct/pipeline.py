@@ -55,7 +55,7 @@ from cbm.vlm.edct.records import (
 )
 from cbm.vlm.editors.base import EditError, EditInstruction, EditItem, edit_prompt, edit_type
 from cbm.vlm.images import load_image
-from cbm.vlm.messages import user_message
+from cbm.vlm.messages import reask_turns, user_message
 from cbm.vlm.reply import ChatError
 
 __all__ = ["EXCLUSIONS", "Clients", "Pipeline", "exclusion", "exclusion_counts", "load_segmenter", "parse_error_counts", "status_counts",
@@ -86,8 +86,6 @@ TERMINAL = ("done", "baseline_unparsed", "no_concepts", "no_chain")
 FINISHED_STEPS = ("judged", "stopped", "unscored")
 #: The explanation's tags (a local model's reply is opened with the first: ``answer_by=score``).
 EXPLANATION_OPEN, EXPLANATION_CLOSE = "<explanation>", "</explanation>"
-#: Characters of the parse errors a re-ask quotes back to the model.
-REASK_PROBLEM_CHARS = 300
 
 
 class Clients:
@@ -150,9 +148,7 @@ class Pipeline:
 
     def _reask_messages(self, msgs: list, reply: str, errors: list[str]) -> list:
         """The conversation of a re-ask: ``msgs``, the unreadable ``reply`` and the re-ask prompt."""
-        problem = "; ".join(errors)[:REASK_PROBLEM_CHARS] or "no usable value"
-        template = self.cfg.prompts.get("reask", PROMPT_DEFAULTS["reask"])
-        return [*msgs, {"role": "assistant", "content": reply}, user_message(template.format(problem=problem))]
+        return reask_turns(msgs, reply, self.cfg.prompts.get("reask", PROMPT_DEFAULTS["reask"]), "; ".join(errors))
 
     def item_task(self, item: EditItem, options: list[str]) -> tuple[str, list[str]]:
         """The question and answer options of ``item``: its own (items read from files) or the run's;

@@ -62,7 +62,7 @@ from cbm.vlm.icl.tables import (
     statistics,
     stats_md,
 )
-from cbm.vlm.messages import user_message
+from cbm.vlm.messages import reask_turns, user_message
 from cbm.vlm.reply import ChatError
 from cbm.vlm.sealed import OLDER, client_identity, digest, open_sealed, read_json, seal
 
@@ -164,7 +164,7 @@ def record_base(t: Trial) -> dict[str, Any]:
 
 def reask_messages(msgs: Messages, reply: str, problem: str) -> Messages:
     """``msgs`` continued by the unreadable reply and the re-ask naming ``problem``."""
-    return [*msgs, {"role": "assistant", "content": reply}, user_message(REASK_PROMPT.format(problem=problem[:300]))]
+    return reask_turns(msgs, reply, REASK_PROMPT, problem)
 
 
 def answer_problem(rec: dict[str, Any]) -> str:
