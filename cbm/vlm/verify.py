@@ -21,7 +21,8 @@ the intended region and little else. :func:`verify_edit` checks that:
    pixels with detail (``< tau_out_detail``): flat regions cannot show a blur, so on mostly flat
    images a whole-image blur hides below ``tau_out``.
 
-:func:`verify_with_retry` runs an editor, verifies, and retries once on failure. Masks come from
+:func:`verify_with_retry` (deprecated: ``cbm-edct``'s ``verify_retries`` is the one verify-and-retry
+loop) runs an editor, verifies, and retries once on failure. Masks come from
 the editor when it knows them (the synthetic renderers give exact masks) or from a pluggable
 :class:`Segmenter`. Everything is vectorised numpy / OpenCV (plus scikit-image's SSIM).
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 import abc
 import inspect
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -530,7 +532,12 @@ def verify_with_retry(
     image; ``mask`` is the intended region (``bool [H,W]``) or a callable ``(before, after) -> mask``
     (e.g. :func:`segmenter_mask`). Returns the first passing (or the last) result, its image and
     the number of attempts made.
+
+    Deprecated (removed in the next release): the EDCT pipeline's loop (``verify_retries``, with its
+    ``retry`` prompt and early stops) is the one verify-and-retry; this helper was used by no command.
     """
+    warnings.warn("verify_with_retry is deprecated: cbm-edct's verify_retries is the one verify-and-retry loop",
+                  DeprecationWarning, stacklevel=2)  # fmt: skip
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     cfg = cfg or VerifyConfig()

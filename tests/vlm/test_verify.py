@@ -226,7 +226,7 @@ def test_bad_inputs_are_clear_errors(edit):
         verify_edit(np.zeros((4, 4, 4), np.uint8), after, mask)
     with pytest.raises(ValueError, match="shapes differ"):
         mask_iou(mask, mask[:-1])
-    with pytest.raises(ValueError, match="retries must be >= 0"):
+    with pytest.raises(ValueError, match="retries must be >= 0"), pytest.warns(DeprecationWarning):
         verify_with_retry(lambda attempt: after, mask, before, retries=-1)
 
 
@@ -276,7 +276,8 @@ def test_retry_once_then_pass(edit):
         calls.append(attempt)
         return cv2.GaussianBlur(after, (0, 0), 2.0) if attempt == 0 else after  # first try: a global blur
 
-    result, image, attempts = verify_with_retry(make_edit, mask, before)
+    with pytest.warns(DeprecationWarning, match="one verify-and-retry loop"):
+        result, image, attempts = verify_with_retry(make_edit, mask, before)
     assert result.passed and attempts == 2 and calls == [0, 1] and image is after
 
 
@@ -288,9 +289,11 @@ def test_retry_gives_up_after_one_retry(edit):
         calls.append(attempt)
         return before.copy()  # the editor never changes anything
 
-    result, _, attempts = verify_with_retry(make_edit, mask, before)
+    with pytest.warns(DeprecationWarning):
+        result, _, attempts = verify_with_retry(make_edit, mask, before)
     assert not result.passed and attempts == 2 and calls == [0, 1] and "inside the mask" in result.reason
-    result, _, attempts = verify_with_retry(make_edit, mask, before, retries=0)
+    with pytest.warns(DeprecationWarning):
+        result, _, attempts = verify_with_retry(make_edit, mask, before, retries=0)
     assert not result.passed and attempts == 1
 
 
@@ -309,7 +312,8 @@ def test_first_success_needs_no_retry_and_segmenter_masks(edit):
 
     seg = DiscSegmenter()
     assert isinstance(seg, Segmenter)
-    result, image, attempts = verify_with_retry(lambda attempt: after, segmenter_mask(seg, "disc"), before)
+    with pytest.warns(DeprecationWarning):
+        result, image, attempts = verify_with_retry(lambda attempt: after, segmenter_mask(seg, "disc"), before)
     assert result.passed and attempts == 1 and image is after and seg.seen == ["disc", "disc"]
     assert mask_iou(result.changed, mask) >= 0.82
 
