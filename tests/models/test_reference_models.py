@@ -168,16 +168,19 @@ def test_head_c_is_sklearns_logistic_regression(c_value):
     c, y = toy_rows()
     l2 = HeadConfig(C=c_value).l2_for(len(y), 2)
     assert l2 == pytest.approx(2.0 / (c_value * len(y)))
-    head = nn.Linear(6, 2).double()
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        head, signed = nn.Linear(6, 2).double(), nn.Linear(6, 2).double()
     fit = fit_head(head, c, y, l2, max_iter=1000, tol=1e-9)
-    assert fit.converged
+    # 1e-9 is at float64's resolution here: L-BFGS's line search stops at 1.0-4.0e-9 from some starts
+    # (15 seeds x 1 / 2 threads measured), so the gradient is checked with a margin, the solution below exactly
+    assert fit.grad_max < 1e-7
     margin = torch.cat([head.weight[1] - head.weight[0], (head.bias[1] - head.bias[0])[None]]).detach().numpy()
     exact = newton_logreg(c.numpy(), y.numpy().astype(float), c_value)
     np.testing.assert_allclose(margin, exact, atol=1e-6)
     sklearn = pytest.importorskip("sklearn.linear_model")
     lr = sklearn.LogisticRegression(C=c_value, solver="lbfgs", tol=1e-12, max_iter=10_000).fit(c.numpy(), y.numpy())
     np.testing.assert_allclose(margin, np.r_[lr.coef_[0], lr.intercept_], atol=1e-5)
-    signed = nn.Linear(6, 2).double()
     fit_signed_head(signed, c, y, torch.tensor([1.0, 1.0, -1.0, 0, 0, 0]), l2, max_iter=1000, tol=1e-9)
     np.testing.assert_allclose((signed.weight[1] - signed.weight[0]).detach().numpy(), exact[:-1], atol=1e-6)
 

@@ -55,15 +55,17 @@ def test_preset_composes_and_builds_on_the_board_reader(tmp_path, preset, data):
 
 
 #: The short run: 800 boards, batch 32 (25 steps an epoch), per-preset epochs and floors
-#: (task accuracy, concept accuracy, concept AUROC), set below the values measured on 2 CPU cores
-#: (the whole slow file: 58 s). ProbCBM's class predictor (distances to class prototypes) learns
-#: the AND of the 27 checks far more slowly than the MLP heads, hence its lower task floor.
+#: (task accuracy, concept accuracy, concept AUROC), set well below the values measured on one CPU
+#: thread. The test boards are written in glyphs no training board uses (data.glyph_bank=per_split,
+#: the default since the shared bank leaked test glyphs into training), so the reader meets unseen
+#: handwriting: measured 2026-12-04 after that change. ProbCBM's class predictor (distances to class
+#: prototypes) learns the AND of the 27 checks far more slowly than the MLP heads, hence its lower task floor.
 SHORT = ["batch_size=32", "interventions.ks=[]", "data=sudoku_18px", *SMALL]
 RUNS = {
-    "cbm_sudoku": (8, 0.9, 0.97, 0.99),  # measured 95.7 / 98.9 / 99.98 (14 s)
-    "cem_sudoku": (8, 0.9, 0.94, 0.98),  # 96.3 / 96.8 / 99.4 (7 s)
-    "probcbm_sudoku": (20, 0.65, 0.9, 0.98),  # 90.7 / 99.8 / 99.96 (generator v3; 59.3 at 12 epochs)
-    "ecbm_sudoku": (8, 0.9, 0.92, 0.94),  # 98.0 / 94.8 / 96.8 (10 s)
+    "cbm_sudoku": (8, 0.8, 0.9, 0.98),  # measured 86.0 / 93.7 / 99.39
+    "cem_sudoku": (8, 0.85, 0.9, 0.96),  # 90.7 / 94.7 / 98.2
+    "probcbm_sudoku": (20, 0.7, 0.92, 0.95),  # 79.7 / 96.2 / 97.8
+    "ecbm_sudoku": (8, 0.84, 0.9, 0.92),  # 89.7 / 93.9 / 95.1
 }
 # blackbox_sudoku is only composed and built here: an MLP over the 729 digit log-probabilities does
 # not find the AND of the 27 group checks in a short run (measured 47.7% after 8 epochs of 800

@@ -82,11 +82,11 @@ def localisation(model: Any, enc: zm.Encoder, robots: Robots, idx: np.ndarray) -
         sub = np.arange(s, min(s + zm.EVAL_BATCH, len(idx)))
         out = model(**zm.on_device(model, enc.batch(prompt, pixels, sub)), output_attentions=True)
         att = torch.stack([a[:, :, -1, where.to(a.device)] for a in out.attentions]).mean(dim=(0, 2)).float().cpu().numpy()  # [B, image tokens]
-        att = att / att.sum(1, keepdims=True)
+        att = att.astype(np.float64) / att.astype(np.float64).sum(1, keepdims=True)  # shares: float32 sums overshoot 1
         for j, i in enumerate(sub):
             on_parts.append(float(att[j, pool_mask(parts[i], grid)].sum()))
             on_cue.append(float(att[j, cue_cells[int(y[i])]].sum()))
-    return {"parts": float(np.mean(on_parts)), "cue": float(np.mean(on_cue))}
+    return {"parts": min(float(np.mean(on_parts)), 1.0), "cue": min(float(np.mean(on_cue)), 1.0)}
 
 
 def _right_on_flips(says: Callable[[np.ndarray, np.ndarray], np.ndarray], robots: Robots) -> np.ndarray:
