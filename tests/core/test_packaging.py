@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import site
 import subprocess
 import sys
@@ -15,9 +16,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_wheel_installs_in_a_fresh_venv_and_finds_its_configs(tmp_path):
-    wheels = tmp_path / "wheels"
+    wheels, src = tmp_path / "wheels", tmp_path / "src"
+    # built from a copy of what the wheel is made of: setuptools writes build/ beside the sources,
+    # and a test writes only under its own tmp_path
+    for pkg in ("cbm", "synthetic"):
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     (wheel,) = wheels.glob("cbm-*.whl")
