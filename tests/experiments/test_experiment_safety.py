@@ -310,11 +310,17 @@ def test_config_dir_flags_reach_the_precheck(tmp_path):
 def test_a_second_experiment_on_the_same_folder_is_refused_and_nothing_is_lost(tmp_path, preset, shared_cache, spawned):
     out = tmp_path / "exp"
     first = spawned(experiment_cmd(preset, out, shared_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
-    second = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=300)
-    # a cbm-train by hand into the running cell is refused the same way, naming the cell
-    by_hand = subprocess.run([str(BIN / "cbm-train"), "data.modality=tabular", f"hydra.run.dir={cell_dir(out)}",
-                              f"cache_dir={shared_cache}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    cell = wait_for(lambda: runlock.holder(cell_dir(out)), 300, "the training cell to start")
+    # the cell is held still while the two others start (SIGSTOP keeps its lock): under load a short
+    # cell could otherwise finish before they look, and they would meet a finished run instead
+    os.kill(int(cell["pid"]), signal.SIGSTOP)
+    try:
+        second = subprocess.run(experiment_cmd(preset, out, shared_cache), capture_output=True, text=True, timeout=300)
+        # a cbm-train by hand into the running cell is refused the same way, naming the cell
+        by_hand = subprocess.run([str(BIN / "cbm-train"), "data.modality=tabular", f"hydra.run.dir={cell_dir(out)}",
+                                  f"cache_dir={shared_cache}"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        os.kill(int(cell["pid"]), signal.SIGCONT)
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stdout[-2000:] + stderr[-2000:]
     for res, holder in ((second, f"pid {first.pid} "), (by_hand, "cbm.experiments.train")):
