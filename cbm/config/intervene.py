@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from cbm.config.budgets import check_budgets
+from cbm.config.budgets import check_budgets, check_costs
 from cbm.config.names import (
     DEVICES,
     SPLITS,
@@ -42,6 +42,23 @@ class EncodingConfig:
 
 
 @dataclass
+class CostConfig:
+    """``costs`` of cbm-intervene: per-concept costs, so budgets ``ks`` count cost units
+    (:mod:`cbm.interventions.costs`). Costs belong to the intervention study, not to the data: one
+    trained model can be studied under several cost models (as concept-benchmark 0.4.1's Sudoku cost
+    table does)."""
+
+    #: ``{concept or glob: cost}`` plus ``rest`` (the others' cost, default 1); ``null``: no costs,
+    #: ``ks`` count concepts.
+    concepts: dict[str, Any] | None = None
+    #: Policies with values (uncertainty) rank by value per cost; false: by value alone.
+    per_cost: bool = True
+
+    def __post_init__(self) -> None:
+        self.concepts = check_costs(self.concepts, "costs.concepts")
+
+
+@dataclass
 class InterveneConfig:
     #: A cbm-train run directory or a ``.ckpt``.
     checkpoint: str = MISSING
@@ -50,8 +67,10 @@ class InterveneConfig:
     policy: dict[str, Any] = field(default_factory=dict)
     #: Selected interveners, ``{name: settings}`` (the config group ``intervener``).
     intervener: dict[str, Any] = field(default_factory=dict)
-    #: Budgets: integers or ``max`` (all requestable concepts).
+    #: Budgets: integers or ``max`` (all requestable concepts); cost units with ``costs.concepts``.
     ks: list[Any] = field(default_factory=lambda: [0, 1, 2, 3, "max"])
+    #: Per-concept costs (``costs.concepts``) and value-per-cost ranking (``costs.per_cost``).
+    costs: CostConfig = field(default_factory=lambda: CostConfig())
     #: Names of the concepts policies may request (default all).
     concepts: list[str] | None = None
     #: Black-box baseline for the gain: run directory, ``.ckpt`` or ``metrics.json``.

@@ -86,6 +86,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     import torch
 
     from cbm.interventions.context import BuildContext
+    from cbm.interventions.costs import cost_vector
     from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
@@ -102,8 +103,11 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     dm.to_device(device)  # batches are gathered where the model runs
     names = list(model.info.concept_names)
     allowed = concept_indices(c.concepts, names)
-    ks = resolve_ks(c.ks, len(allowed) if allowed is not None else len(names))
-    ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, labels=lambda: dm.split("train").tensors["c"],
+    costs = cost_vector(names, c.costs.concepts)
+    requestable = list(allowed if allowed is not None else range(len(names)))
+    ks = resolve_ks(c.ks, len(requestable) if costs is None else _total(costs[requestable]))
+    ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, costs=None if costs is None else costs.tolist(),
+                       labels=lambda: dm.split("train").tensors["c"],
                        describe=text_describer(dm), model=model, validation=lambda: dm.whole("val"))  # fmt: skip
     interveners, policies = build_components(c, ctx)
     loader = dm.loader(c.split)
@@ -114,7 +118,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     with wandb_run.finishing():
         config = wandb_run.run_config(OmegaConf.to_container(OmegaConf.structured(c)), "cbm-intervene")  # type: ignore[arg-type]
         wb = wandb_run.start_follower(c.logger.wandb, job_type="intervene", checkpoint=c.checkpoint, run_dir=out_dir, config=config)
-        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device)
+        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device, costs)
         paths = grid.save(out_dir)
         if wb is not None:
             wandb_run.log_intervention_results(wb, grid.rows, bb)
@@ -125,12 +129,19 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     return grid
 
 
-def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device) -> ResultsGrid:
+def _total(costs) -> float | int:
+    """``max`` under costs: what every requestable concept costs together (an int when whole)."""
+    total = round(float(costs.sum()), 9)
+    return int(total) if total.is_integer() else total
+
+
+def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None) -> ResultsGrid:
     """The grid of every intervener x policy x k, with what the results file records about the run."""
     from cbm.interventions.engine import run_grid
     from cbm.interventions.interveners.llm import LLMIntervener
 
-    grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels)
+    grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels,
+                    costs=costs, per_cost=c.costs.per_cost)  # fmt: skip
     grid.meta.update(
         checkpoint=str(c.checkpoint),
         dataset=model.info.dataset,
@@ -163,6 +174,7 @@ main = hydra_app(
         "checkpoint=outputs/robot-cbm/<time>",
         "checkpoint=<run> 'policy=[random,responsiveness]' policy.responsiveness.threshold=0.3 'ks=[0,1,2,3,max]'",
         "checkpoint=<run> 'intervener=[expert]' intervener.expert.accuracy=0.9 blackbox=<black-box run> device=cuda",
+        "checkpoint=<run> 'costs.concepts={has_knees: 5}' 'ks=[0,1,3,5,max]'   # budgets in cost units",
     ],
 )
 

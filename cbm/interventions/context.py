@@ -18,6 +18,9 @@ class BuildContext:
     concept_names: tuple[str, ...] = ()
     #: Indices of the concepts a policy may request (``None``: all).
     allowed: list[int] | None = None
+    #: The study's per-concept costs in concept order (``costs.concepts``; ``None``: none), for the
+    #: policies that weigh cost in their own score (CooP).
+    costs: list[float] | None = None
     #: Returns the training split's concept labels ``[N, m]`` (empirical priors), loaded on demand.
     labels: Callable[[], Any] | None = None
     #: ``(batch, i) -> str``: example ``i`` as text, for data a language model cannot see as an

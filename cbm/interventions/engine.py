@@ -34,13 +34,15 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from cbm.core.atomic import write_csv_atomic, write_json_atomic
 from cbm.core.tables import markdown_table
+from cbm.interventions.costs import EPS, priority, spent, within_budget
 from cbm.interventions.encodings import encode_values
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
 from cbm.models.devices import model_device, to_device  # noqa: F401 (the engine's callers import them from here too)
 
 #: Columns of ``results.csv`` (and the keys of each row).
-COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "n_examples", "seconds"]
+#: ``k`` is the budget: concepts, or cost units when the grid has costs (``mean_cost``: what was spent).
+COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "mean_cost", "n_examples", "seconds"]
 
 PolicyLike = Policy | Callable[[], Policy]
 #: The engine sees all the data it scores: its metrics never synchronise across processes
@@ -57,11 +59,18 @@ def _policy_for_k(policy: PolicyLike) -> Policy:
     return fork() if callable(fork) else policy  # type: ignore[return-value]
 
 
-def _check_mask(mask: Tensor, state, k: int, name: str) -> Tensor:
+def _budget(k: float | int) -> float | int:
+    """A cost budget: an ``int`` when it is a whole number (``5``), else the number."""
+    k = float(k)
+    return int(k) if k.is_integer() else k
+
+
+def _check_mask(mask: Tensor, state, k: float, name: str, costs: Tensor | None = None) -> Tensor:
     if mask.shape != state.probs.shape or mask.dtype != torch.bool:
         raise ValueError(f"policy '{name}' returned a {mask.dtype} mask of shape {tuple(mask.shape)}, expected bool {tuple(state.probs.shape)}")
-    if bool((mask.sum(1) > k).any()):
-        raise ValueError(f"policy '{name}' requested more than k={k} concepts for some example")
+    if bool((spent(mask, costs) > k + EPS).any()):
+        unit = "cost units" if costs is not None else "concepts"
+        raise ValueError(f"policy '{name}' requested more than k={k} {unit} for some example")
     if bool((mask & state.intervened).any()):
         raise ValueError(f"policy '{name}' requested concepts that were already intervened on")
     return mask
@@ -107,7 +116,9 @@ class ResultsGrid:
     def table(self) -> str:
         """Markdown table (accuracies and gains in %)."""
         cols = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting"]
-        rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}"} for r in self.rows]
+        if self.meta.get("budget_unit") == "cost":
+            cols.append("mean_cost")
+        rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}", "mean_cost": f"{r.get('mean_cost', 0.0):.2f}"} for r in self.rows]
         for r in rows:
             if r.get("gain") is not None:
                 r["gain"] = f"{100 * r['gain']:+.2f}"
@@ -248,6 +259,8 @@ def run_grid(
     per_example: bool = False,
     blackbox_accuracy: float | None = None,
     encoding: Tensor | None = None,
+    costs: Tensor | None = None,
+    per_cost: bool = True,
 ) -> ResultsGrid:
     """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
 
@@ -256,10 +269,13 @@ def run_grid(
     across budgets and may define ``prepare_batch(model, state, ks)`` to evaluate once per batch.
     ``encoding``: levels ``[2, m]`` the model reads for an answer 0 / 1
     (:mod:`cbm.interventions.encodings`; ``None``: the answers themselves).
+    ``costs``: per-concept costs ``[m]`` (:mod:`cbm.interventions.costs`): budgets are cost units, each
+    policy's concepts are asked in its order of preference while they fit (value per cost for the
+    policies with ``values`` when ``per_cost``).
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
-    ks = list(dict.fromkeys(int(k) for k in ks))
+    ks = list(dict.fromkeys(_budget(k) if costs is not None else int(k) for k in ks))
     if any(k < 0 for k in ks):
         raise ValueError(f"intervention budgets must be >= 0, got {ks}")
     if not interveners or not policies:
@@ -271,6 +287,7 @@ def run_grid(
     combos = [(i, p, k) for i in interveners for p in policies for k in ks]
     acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro", **LOCAL).to(device) for c in combos}
     req = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
+    cost = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     frac = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     seconds = {c: 0.0 for c in combos}
     keep: dict[tuple[str, str, int], dict[str, list[Tensor]]] = {c: {} for c in combos} if per_example else {}
@@ -288,18 +305,24 @@ def run_grid(
         for pname in policies:
             t0 = time.perf_counter()
             shared = {id(pk) for pk in pol[pname].values()}
-            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare_batch"):
+            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare_batch") and costs is None:
                 pol[pname][ks[0]].prepare_batch(model, state, [k for k in ks if k > 0])
-            masks = {}
+            masks, ranks = {}, {}
             for k in ks:
                 if k == 0:
                     masks[k] = torch.zeros_like(state.probs, dtype=torch.bool)
-                else:
+                elif costs is None:
                     masks[k] = _check_mask(pol[pname][k].select(model, state, k), state, k, pname)
+                else:
+                    pk = pol[pname][k]
+                    if id(pk) not in ranks:  # a shared (deterministic) policy ranks once per batch
+                        ranks[id(pk)] = priority(pk, model, state, costs, per_cost)
+                    masks[k] = _check_mask(within_budget(ranks[id(pk)], costs, k), state, k, pname, costs)
             t_policy = (time.perf_counter() - t0) / len(ks)
             for k, mask in masks.items():
                 n_req = mask.sum(1)
                 req[(pname, k)].update(n_req.float())
+                cost[(pname, k)].update(spent(mask, costs))
                 frac[(pname, k)].update((n_req > 0).float())
                 for iname, intervener in interveners.items():
                     t1 = time.perf_counter()
@@ -335,12 +358,15 @@ def run_grid(
                 "gain": None if blackbox_accuracy is None else a - blackbox_accuracy,
                 "mean_requested": float(req[(pname, k)].compute()),
                 "frac_requesting": float(frac[(pname, k)].compute()),
+                "mean_cost": float(cost[(pname, k)].compute()),
                 "n_examples": total,
                 "seconds": seconds[c],
             }
         )
     examples = {c: {key: torch.cat(v) for key, v in d.items()} for c, d in keep.items()}
     meta = {"ks": ks, "interveners": list(interveners), "policies": list(policies)}
+    if costs is not None:
+        meta.update(costs=[float(v) for v in costs.tolist()], budget_unit="cost", per_cost=per_cost)
     stats = counter.to_dict(combos) if stats_ok and counter is not None else None
     return ResultsGrid(rows, blackbox_accuracy, meta, examples, stats)
 

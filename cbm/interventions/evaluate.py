@@ -13,11 +13,12 @@ from cbm.interventions.interveners.oracle import OracleIntervener
 from cbm.interventions.policies.random import RandomPolicy
 
 
-def resolve_ks(ks: Sequence[int | str], n_concepts: int) -> list[int]:
+def resolve_ks(ks: Sequence[int | str], n_concepts: int | float) -> list[int | float]:
     """Budgets with ``'max'`` replaced by ``n_concepts``, each once: ``max`` and a budget equal to it
     are one budget (the default ``[0, 1, 3, max]`` on a 3-concept set is ``[0, 1, 3]``); a budget above
-    ``m``, or one written twice (``check_budgets`` refuses that on the command line), is an error."""
-    out: list[int] = []
+    ``m``, or one written twice (``check_budgets`` refuses that on the command line), is an error.
+    Under costs ``n_concepts`` is the total cost of the requestable concepts (``max`` buys them all)."""
+    out: list[int | float] = []
     for k in ks:
         try:
             kk = n_concepts if k == "max" else int(k)

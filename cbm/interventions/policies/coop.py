@@ -12,7 +12,8 @@ For example ``x`` with predicted class ``ŷ`` (probability ``p(ŷ)``) and concep
 Both terms lie in [0, 1]. The expectation weighs each value by its predicted probability for every
 number of classes; the reference implementation (``mateoespinosa/cem``, ``cem/interventions/coop.py``)
 drops the ``P(c_i = v)`` weight for a one-logit binary task, summing both values' probabilities.
-Costs are ``policy.coop.costs`` (``{concept: cost}``, 1 for the rest; only differences matter).
+Costs are ``policy.coop.costs`` (``{concept: cost}``, 1 for the rest; only differences matter), else
+the study's ``costs.concepts`` (:mod:`cbm.interventions.costs`), which also make the budget cost units.
 Scores are computed on the current state for every budget (the engine asks for ``k`` at once),
 not re-ranked after each answer.
 """
@@ -65,8 +66,8 @@ class CooPPolicy(ScorePolicy):
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: BuildContext) -> CooPPolicy:
-        return cls(cfg.entropy_weight, cfg.importance_weight, cfg.cost_weight, cost_vector(cfg.costs, ctx.concept_names),
-                   cfg.chunk_mb, allowed=ctx.allowed)  # fmt: skip
+        costs = cost_vector(cfg.costs, ctx.concept_names) if cfg.costs else ctx.costs
+        return cls(cfg.entropy_weight, cfg.importance_weight, cfg.cost_weight, costs, cfg.chunk_mb, allowed=ctx.allowed)
 
     def scores(self, model, state: ConceptState) -> Tensor:
         import torch

@@ -45,3 +45,10 @@ class UncertaintyPolicy(ScorePolicy):
                 raise ValueError("uncertainty policy: source 'state' but this architecture's state has no uncertainty")
             return state.uncertainty.float()
         return -(state.probs.float() - 0.5).abs()
+
+    def values(self, model, state: ConceptState) -> Tensor:
+        """``[B,m]`` >= 0, what an answer is worth, in the order of :meth:`scores`: the architecture's
+        uncertainty, or ``0.5 - |p - 0.5|``; under costs the concepts are asked by value per cost."""
+        own = self.source == "state" or (self.source == "auto" and state.uncertainty is not None)
+        s = self.scores(model, state)
+        return s.clamp_min(0) if own else s + 0.5
