@@ -38,6 +38,17 @@ def load_data(cfg: Any, cache_dir: str | Path | None, storage: str = "memory") -
     return module.load(cfg, cache_dir, storage=storage)
 
 
+def concept_implications(cfg: Any) -> list[tuple[str, int, str, int]] | None:
+    """The implications ``(A, a, B, v)`` (``A = a => B = v``) between a dataset's concepts, derived
+    from their definitions (:mod:`synthetic.robot.hierarchy`); ``None`` for datasets without a
+    concept structure (Sudoku's 27 checks are independent rules)."""
+    if getattr(cfg, "name", None) == "robot":
+        from synthetic.robot.hierarchy import implications
+
+        return implications(cfg.concept_set)
+    return None
+
+
 def data_info(data: SyntheticData, cfg: Any) -> dict[str, Any]:
     """The :class:`~cbm.models.config.DataInfo` fields a model is built from."""
     if data.modality == "image":  # grey images ([N,H,W]) reach the model as 3 channels

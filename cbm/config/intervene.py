@@ -59,6 +59,17 @@ class CostConfig:
 
 
 @dataclass
+class HierarchyConfig:
+    """``hierarchy`` of cbm-intervene: the implications between the data's concepts (derived from
+    their definitions, :mod:`synthetic.robot.hierarchy`); violations of the model are always counted."""
+
+    #: An answer also sets the concepts it implies (revealing ``foot_block = 1`` reveals
+    #: ``foot_pointy = 0``), its cost counted once. Off by default: concept-benchmark 0.4.1's tables
+    #: reveal one concept per answer.
+    propagate: bool = False
+
+
+@dataclass
 class InterveneConfig:
     #: A cbm-train run directory or a ``.ckpt``.
     checkpoint: str = MISSING
@@ -71,6 +82,8 @@ class InterveneConfig:
     ks: list[Any] = field(default_factory=lambda: [0, 1, 2, 3, "max"])
     #: Per-concept costs (``costs.concepts``) and value-per-cost ranking (``costs.per_cost``).
     costs: CostConfig = field(default_factory=lambda: CostConfig())
+    #: Concept structure: ``hierarchy.propagate`` answers along implications.
+    hierarchy: HierarchyConfig = field(default_factory=lambda: HierarchyConfig())
     #: Names of the concepts policies may request (default all).
     concepts: list[str] | None = None
     #: Black-box baseline for the gain: run directory, ``.ckpt`` or ``metrics.json``.

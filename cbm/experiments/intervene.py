@@ -90,7 +90,9 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
+    from cbm.interventions.hierarchy import Implications
     from cbm.training.checkpoint import load_run
+    from synthetic.registry import concept_implications
 
     c = cfg if isinstance(cfg, InterveneConfig) else validate(cfg)
     out_dir = Path(c.output_dir)
@@ -118,11 +120,17 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     with wandb_run.finishing():
         config = wandb_run.run_config(OmegaConf.to_container(OmegaConf.structured(c)), "cbm-intervene")  # type: ignore[arg-type]
         wb = wandb_run.start_follower(c.logger.wandb, job_type="intervene", checkpoint=c.checkpoint, run_dir=out_dir, config=config)
-        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device, costs)
+        implied = concept_implications(data_cfg)
+        structure = None if implied is None else Implications.build(names, implied)
+        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device, costs, structure)
         paths = grid.save(out_dir)
         if wb is not None:
             wandb_run.log_intervention_results(wb, grid.rows, bb)
     say(grid.table())
+    if "hierarchy" in grid.meta:
+        h = grid.meta["hierarchy"]
+        say(f"hierarchy: {h['implications']} implications between the concepts; the model's predictions break them on "
+            f"{h['violating_rows']} of {grid.rows[0]['n_examples']} rows ({h['violations']} violations)")  # fmt: skip
     if bb is not None:
         say(f"black-box accuracy: {100 * bb:.2f}%")
     say(f"results: {paths['csv']}  plot: {paths['plot']}")
@@ -135,13 +143,13 @@ def _total(costs) -> float | int:
     return int(total) if total.is_integer() else total
 
 
-def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None) -> ResultsGrid:
+def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None, structure=None) -> ResultsGrid:
     """The grid of every intervener x policy x k, with what the results file records about the run."""
     from cbm.interventions.engine import run_grid
     from cbm.interventions.interveners.llm import LLMIntervener
 
     grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels,
-                    costs=costs, per_cost=c.costs.per_cost)  # fmt: skip
+                    costs=costs, per_cost=c.costs.per_cost, implications=structure, propagate=c.hierarchy.propagate)  # fmt: skip
     grid.meta.update(
         checkpoint=str(c.checkpoint),
         dataset=model.info.dataset,
@@ -174,7 +182,7 @@ main = hydra_app(
         "checkpoint=outputs/robot-cbm/<time>",
         "checkpoint=<run> 'policy=[random,responsiveness]' policy.responsiveness.threshold=0.3 'ks=[0,1,2,3,max]'",
         "checkpoint=<run> 'intervener=[expert]' intervener.expert.accuracy=0.9 blackbox=<black-box run> device=cuda",
-        "checkpoint=<run> 'costs.concepts={has_knees: 5}' 'ks=[0,1,3,5,max]'   # budgets in cost units",
+        "checkpoint=<run> 'costs.concepts={knees: 5}' 'ks=[0,1,3,5,max]' hierarchy.propagate=true",
     ],
 )
 

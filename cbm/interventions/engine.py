@@ -36,6 +36,7 @@ from cbm.core.atomic import write_csv_atomic, write_json_atomic
 from cbm.core.tables import markdown_table
 from cbm.interventions.costs import EPS, priority, spent, within_budget
 from cbm.interventions.encodings import encode_values
+from cbm.interventions.hierarchy import Implications
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
 from cbm.models.devices import model_device, to_device  # noqa: F401 (the engine's callers import them from here too)
@@ -261,6 +262,8 @@ def run_grid(
     encoding: Tensor | None = None,
     costs: Tensor | None = None,
     per_cost: bool = True,
+    implications: Implications | None = None,
+    propagate: bool = False,
 ) -> ResultsGrid:
     """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
 
@@ -272,6 +275,9 @@ def run_grid(
     ``costs``: per-concept costs ``[m]`` (:mod:`cbm.interventions.costs`): budgets are cost units, each
     policy's concepts are asked in its order of preference while they fit (value per cost for the
     policies with ``values`` when ``per_cost``).
+    ``implications`` (:mod:`cbm.interventions.hierarchy`): the model's predictions that break them are
+    counted (``meta['hierarchy']``); with ``propagate`` every answer also sets the concepts it implies
+    (counted once, as the concept asked).
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
@@ -294,9 +300,13 @@ def run_grid(
     counter: ConceptCounter | None = None
     stats_ok = True  # every batch had true concepts of the model's shape
     total = 0
+    broken = torch.zeros(2, dtype=torch.long, device=device)  # rows with a violation, violations
     for batch in batches:
         batch = to_device(batch, device)
         state = model.encode(batch["x"])
+        if implications is not None:
+            v = implications.violations(state.probs)
+            broken += torch.stack([(v > 0).sum(), v.sum()])
         base_pred = model.predict(state).argmax(1)
         y = batch["y"]
         total += len(y)
@@ -330,7 +340,8 @@ def run_grid(
                     values = None
                     if bool(mask.any()):
                         values = intervener(batch, state, mask)
-                        pred = model.predict(model.intervene(state, mask, encode_values(values, encoding))).argmax(1)
+                        set_mask, set_values = implications.propagate(mask, values) if propagate and implications is not None else (mask, values)
+                        pred = model.predict(model.intervene(state, set_mask, encode_values(set_values, encoding))).argmax(1)
                     else:
                         pred = base_pred
                     if stats_ok:
@@ -367,6 +378,10 @@ def run_grid(
     meta = {"ks": ks, "interveners": list(interveners), "policies": list(policies)}
     if costs is not None:
         meta.update(costs=[float(v) for v in costs.tolist()], budget_unit="cost", per_cost=per_cost)
+    if implications is not None:
+        rows_broken, n_broken = broken.tolist()
+        meta["hierarchy"] = {"implications": len(implications), "propagate": bool(propagate), "violating_rows": rows_broken,
+                             "violations": n_broken, "violating_fraction": rows_broken / total}  # fmt: skip
     stats = counter.to_dict(combos) if stats_ok and counter is not None else None
     return ResultsGrid(rows, blackbox_accuracy, meta, examples, stats)
 

@@ -183,6 +183,8 @@ INTERVENE = [
     (["checkpoint=FX/run", "costs.concepts={knees: 0}"], "costs.concepts.knees must be a finite number > 0, got 0"),
     (["checkpoint=FX/run", "costs.concepts=5"], "Cannot assign int to Dict[str, Any] (key: costs.concepts)"),
     (["checkpoint=FX/run", "costs.per_cost=maybe"], "Value 'maybe' is not a valid bool"),
+    (["checkpoint=FX/run", "hierarchy.propagate=maybe"], "Value 'maybe' is not a valid bool"),
+    (["checkpoint=FX/run", "+hierarchy.depth=2"], "Key 'depth' not in 'HierarchyConfig'"),
     (["checkpoint=FX/run", "batch_size=0"], "batch_size"),
     (["checkpoint=FX/run", "blackbox=FX/files/missing.json"], "blackbox: metrics file not found"),
     (["checkpoint=FX/run", "blackbox=FX/files/empty_dir"], "no checkpoints/best.ckpt"),
