@@ -278,7 +278,28 @@ class ReportCallback(Callback):
             print(f"cbm-report: {err}", file=sys.stderr)
 
 
-USAGE = "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR"
+USAGE = "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR | cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR"
+
+
+def collect_main(args: list[str]) -> None:
+    """``cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR``: the results archive (cbm.experiments.archive)."""
+    from cbm.core.safe_paths import check_creatable
+    from cbm.experiments.archive import collect
+
+    if len(args) != 2 or any(a.startswith("-") for a in args):
+        fail("cbm-report", "collect needs two folders: cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR")
+    root, out = Path(args[0]), Path(args[1])
+    if not root.is_dir():
+        fail("cbm-report", f"{root} " + ("is not a directory" if root.exists() else "does not exist"))
+    try:
+        check_creatable(out, "ARCHIVE_DIR")
+        if dry_run("cbm-report"):
+            return
+        index = collect(root, out)
+    except (OSError, ValueError) as err:  # not an experiment, archive inside it or unwritable
+        fail("cbm-report", one_line(err))
+    print(f"archive {out}: {len(index['cells'])} cell records of {len(index['seeds'])} seed(s)"
+          + (f", {len(index['skipped'])} not archived (archive.json 'skipped' says why)" if index["skipped"] else ""))  # fmt: skip
 
 
 @stoppable("cbm-report")
@@ -286,7 +307,12 @@ def main() -> None:
     if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
         print(f"{USAGE}\n\nA cbm-experiment directory: its report (report.md, one CSV per table, report.json,\n"
               "figures/). Any other directory: the metrics.json of every cbm-train run below it in one table,\n"
-              "a column for every setting the runs differ in; writes results.md and results.json there.")
+              "a column for every setting the runs differ in; writes results.md and results.json there.\n"
+              "collect: an experiment's records (metrics, test predictions and concept probabilities, intervention\n"
+              "and automation results) in one documented layout that the tables and paired tests read back.")
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "collect":
+        collect_main(sys.argv[2:])
         return
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         fail("cbm-report", USAGE)

@@ -273,6 +273,12 @@ REPORT = [
     (["FX/files/list_metrics"], "not a cbm-train metrics.json"),
     (["FX/files/max_metrics"], "oracle_random must map integer budgets"),
     (["--frob"], "usage: cbm-report"),
+    (["collect"], "collect needs two folders: cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR"),
+    (["collect", "FX/files/empty_dir", "FX/archive", "extra"], "collect needs two folders"),
+    (["collect", "FX/files/missing", "FX/archive"], "FX/files/missing does not exist"),
+    (["collect", "FX/files/a_file", "FX/archive"], "is not a directory"),
+    (["collect", "FX/files/empty_dir", "FX/archive"], "experiment.json is not a cbm-experiment manifest"),
+    (["collect", "FX/files/empty_dir", "FX/files/a_file/archive"], "ARCHIVE_DIR: cannot create"),
 ]
 
 CASES = (

@@ -285,6 +285,26 @@ def test_true_concept_ceilings_of_the_two_rules():
     assert true_concept_ceiling("sparse") > 0.9999 and abs(true_concept_ceiling("balanced") - 0.9301) < 1e-4
 
 
+def check_archive_round_trip(root: Path, archive: Path, report: dict, cache: Path) -> None:
+    """``cbm-report collect`` of a finished experiment: the paired tests read back from the archive equal the
+    report's, and every trained model's archived test predictions score its recorded test accuracy."""
+    import numpy as np
+
+    from cbm.experiments.archive import collect, paired_from_archive
+
+    proc = subprocess.run([sys.executable, "-m", "cbm.experiments.report", "collect", str(root), str(archive)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "CBM_CACHE_DIR": str(cache)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    index = collect(root, archive, cache_dir=cache)  # collected again in place: the same archive
+    assert paired_from_archive(archive) == report["paired differences"] and not index["skipped"]
+    for e in (e for e in index["cells"] if e["stage"] == "train"):
+        with np.load(archive / e["dir"] / "predictions.npz") as f:
+            metrics = json.loads((archive / e["dir"] / "metrics.json").read_text())
+            assert abs(float((f["pred"] == f["y"]).mean()) - metrics["test/task_acc"]) < 1e-6, e
+            if e["model"] != "blackbox":  # concept models: the detector's probabilities beside the true concepts
+                assert f["concept_probs"].shape == f["concept_true"].shape and f["concept_probs"].shape[0] == len(f["y"]) > 0
+
+
 #: Smoke presets whose test also reruns the experiment and checks that every cell is skipped.
 RERUN_CHECKED = ("concept_noise_smoke", "sudoku_automation_smoke")
 
@@ -335,6 +355,7 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         pairs = [r for r in report["paired differences"] if r["comparison"] == "model cbm_aligned - cbm"]
         assert pairs and all(r["seeds"] == 2 and "[" in r["difference (points) [95% CI]"] for r in pairs)
         assert (root / "paired_differences.csv").is_file() and " ± " in report["interventions"][1]["acc k=0"]
+        check_archive_round_trip(root, tmp_path / "archive", report, shared_cache)
     if preset in RERUN_CHECKED:  # the skip logic is generic (cell fingerprints): one robot and one Sudoku preset check it
         again = run_experiment(tmp_path, shared_cache, f"+experiment={preset}", out=root)
         assert again.returncode == 0 and f"({len(manifest['cells'])} finished)" not in again.stdout
