@@ -163,7 +163,11 @@ def robot_table(ref: dict | None, ours: dict | None) -> str:
 
 def sudoku_rows(args: argparse.Namespace) -> str:
     """The Sudoku rows live in their own script (other options: seeds, OCR measures)."""
-    raise SystemExit("vs_reference_tables: --task sudoku: run benchmarks/vs_reference_sudoku.py (see its --help)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vs_reference_sudoku
+
+    print(vs_reference_sudoku.main(args))
+    raise SystemExit(0)
 
 
 def main() -> None:
@@ -181,6 +185,10 @@ def main() -> None:
     ap.add_argument("--ours-override", nargs="*", default=[], help="more cbm-experiment overrides for our side")
     ap.add_argument("--ours-dir", help="a finished paper_v04_robot run holding the seed, instead of running it")
     ap.add_argument("--out", help="write the markdown here (default: print)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vs_reference_sudoku  # the Sudoku side's own options (--seeds)
+
+    vs_reference_sudoku.add_arguments(ap)
     args = ap.parse_args()
     if args.task == "sudoku":
         sudoku_rows(args)
