@@ -143,8 +143,7 @@ def archive_cells(archive: str | Path, stage: str) -> list[dict[str, Any]]:
 
 def paired_from_archive(archive: str | Path) -> list[dict[str, Any]]:
     """The experiment's paired differences (report.json's ``paired differences``), from the archive."""
-    from cbm.experiments.report import comparisons
-    from cbm.experiments.tables import paired_rows
+    from cbm.experiments.tables import comparisons, paired_rows
 
     rows, _ = paired_rows(archive_cells(archive, "intervene"), *comparisons(load_index(archive)["config"]))
     return rows

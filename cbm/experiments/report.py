@@ -34,6 +34,7 @@ from cbm.core.safe_paths import slugs
 from cbm.experiments.tables import (
     ARCH_ORDER,
     automation_rows,
+    comparisons,
     intervention_rows,
     paired_rows,
     read_json,
@@ -132,16 +133,6 @@ def time_table(root: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, Any
 SEEDS_NOTE = ("Accuracies in %: mean ± standard error over the `seeds` column's seeds (one seed: the value alone). "
               "Paired differences: the mean of the per-seed differences and its 95% t interval; "
               "`resolved`: the interval excludes 0.")  # fmt: skip
-
-
-def comparisons(cfg: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
-    """The model pairs and policy pairs an experiment's config asks the report to compare."""
-    from cbm.config.experiment import Compare
-
-    raw = cfg.get("compare") or {}
-    compare = Compare(models=[list(p) for p in raw.get("models") or []], policies=raw.get("policies"))
-    policies = list((cfg.get("intervene") or {}).get("policy") or [])
-    return compare.models, compare.policy_pairs(policies)
 
 
 def oracle_from_interventions(runs: list[dict[str, Any]], inter: list[dict[str, Any]]) -> None:

@@ -288,3 +288,13 @@ def rule_rows(root: Path, manifest: dict[str, Any], top: int = RULES_PER_CELL) -
 
 def render(title: str, rows: list[dict[str, Any]], cols: list[str]) -> str:
     return f"## {title}\n\n" + (markdown_table(rows, cols) if rows else "(no finished runs)") + "\n"
+
+
+def comparisons(cfg: dict[str, Any]) -> tuple[list[list[str]], list[list[str]]]:
+    """The model pairs and policy pairs an experiment's config asks the report to compare."""
+    from cbm.config.experiment import Compare
+
+    raw = cfg.get("compare") or {}
+    compare = Compare(models=[list(p) for p in raw.get("models") or []], policies=raw.get("policies"))
+    policies = list((cfg.get("intervene") or {}).get("policy") or [])
+    return compare.models, compare.policy_pairs(policies)

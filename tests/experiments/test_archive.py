@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from cbm.experiments.archive import archive_cells, collect, load_index, paired_from_archive
-from cbm.experiments.report import comparisons
-from cbm.experiments.tables import paired_rows
+from cbm.experiments.tables import comparisons, paired_rows
 
 SEEDS = [0, 1, 2]
 

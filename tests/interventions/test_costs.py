@@ -140,7 +140,7 @@ def test_cbm_intervene_with_costs_on_a_thousand_robots(tmp_path):
     grid = intervene.run(cfg)
     costs = torch.tensor([1.0, 1.0, 5.0, 1.0, 1.0, 1.0, 1.0])
     assert grid.meta["ks"] == [0, 1, 3, 5, 11] and grid.meta["costs"] == costs.tolist()
-    for (_, pname, k), ex in grid.examples.items():
+    for (_, _, k), ex in grid.examples.items():
         assert len(ex["mask"]) == 1000
         assert float(spent(ex["mask"], costs).max()) <= k
         if k < 5:
