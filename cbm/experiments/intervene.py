@@ -86,7 +86,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     import torch
 
     from cbm.interventions.context import BuildContext
-    from cbm.interventions.costs import cost_vector
+    from cbm.interventions.costs import as_budget, cost_vector
     from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
@@ -107,7 +107,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     allowed = concept_indices(c.concepts, names)
     costs = cost_vector(names, c.costs.concepts)
     requestable = list(allowed if allowed is not None else range(len(names)))
-    ks = resolve_ks(c.ks, len(requestable) if costs is None else _total(costs[requestable]))
+    ks = resolve_ks(c.ks, len(requestable) if costs is None else as_budget(costs[requestable].sum()))
     ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, costs=None if costs is None else costs.tolist(),
                        labels=lambda: dm.split("train").tensors["c"],
                        describe=text_describer(dm), model=model, validation=lambda: dm.whole("val"))  # fmt: skip
@@ -135,12 +135,6 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
         say(f"black-box accuracy: {100 * bb:.2f}%")
     say(f"results: {paths['csv']}  plot: {paths['plot']}")
     return grid
-
-
-def _total(costs) -> float | int:
-    """``max`` under costs: what every requestable concept costs together (an int when whole)."""
-    total = round(float(costs.sum()), 9)
-    return int(total) if total.is_integer() else total
 
 
 def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None, structure=None) -> ResultsGrid:

@@ -42,18 +42,25 @@ if TYPE_CHECKING:
 EPS = 1e-9
 
 
-def cost_list(names: Sequence[str], spec: Mapping[str, Any] | None) -> list[float] | None:
+def as_budget(k: Any) -> float | int:
+    """A cost budget or total as written in results: an ``int`` when it is a whole number (``5``),
+    else the number (rounded to 9 decimals, so a sum of float costs reads as written)."""
+    k = round(float(k), 9)
+    return int(k) if k.is_integer() else k
+
+
+def cost_list(names: Sequence[str], spec: Mapping[str, Any] | None, where: str = "costs.concepts") -> list[float] | None:
     """Per-concept costs in the order of ``names`` (``None``: no spec, every concept costs 1 and
     budgets count concepts). A name is priced by its exact key, else by the first glob that matches it
     (``block_*``), else by ``rest`` (default 1); a key that prices no concept is an error (a typo)."""
-    spec = check_costs(spec)
+    spec = check_costs(spec, where)
     if spec is None:
         return None
     rest = spec.get(REST, 1.0)
     keys = [k for k in spec if k != REST]
     unused = [k for k in keys if k not in names and not any(fnmatch.fnmatchcase(n, k) for n in names)]
     if unused:
-        raise ValueError(f"costs.concepts: {unused} name(s) no concept of the model {list(names)}")
+        raise ValueError(f"{where}: unknown concept(s) {unused} (the model has {list(names)})")
     out = []
     for n in names:
         key = n if n in spec else next((k for k in keys if fnmatch.fnmatchcase(n, k)), None)

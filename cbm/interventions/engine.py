@@ -34,7 +34,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from cbm.core.atomic import write_csv_atomic, write_json_atomic
 from cbm.core.tables import markdown_table
-from cbm.interventions.costs import EPS, priority, spent, within_budget
+from cbm.interventions.costs import EPS, as_budget, priority, spent, within_budget
 from cbm.interventions.encodings import encode_values
 from cbm.interventions.hierarchy import Implications
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
@@ -58,12 +58,6 @@ def _policy_for_k(policy: PolicyLike) -> Policy:
         return policy()  # type: ignore[operator]
     fork = getattr(policy, "fork", None)
     return fork() if callable(fork) else policy  # type: ignore[return-value]
-
-
-def _budget(k: float | int) -> float | int:
-    """A cost budget: an ``int`` when it is a whole number (``5``), else the number."""
-    k = float(k)
-    return int(k) if k.is_integer() else k
 
 
 def _check_mask(mask: Tensor, state, k: float, name: str, costs: Tensor | None = None) -> Tensor:
@@ -281,7 +275,7 @@ def run_grid(
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
-    ks = list(dict.fromkeys(_budget(k) if costs is not None else int(k) for k in ks))
+    ks = list(dict.fromkeys(as_budget(k) if costs is not None else int(k) for k in ks))
     if any(k < 0 for k in ks):
         raise ValueError(f"intervention budgets must be >= 0, got {ks}")
     if not interveners or not policies:

@@ -48,11 +48,16 @@ class Implications:
     def __len__(self) -> int:
         return int((self.implied >= 0).sum())
 
+    def _rule(self, hard: Tensor) -> Tensor:
+        """``[B, A, B']`` the value each concept's value (bool ``hard [B,m]``) implies for every other
+        (``-1``: none)."""
+        imp = self.implied.to(hard.device)
+        return torch.where(hard[:, :, None], imp[1][None], imp[0][None])
+
     def _implied_by(self, hard: Tensor, source: Tensor) -> tuple[Tensor, Tensor]:
         """For rows whose ``source`` concepts take the values ``hard`` (bool ``[B,m]``): ``(implied [B,m]
         bool, value [B,m] float)`` of every target some source implies."""
-        imp = self.implied.to(hard.device)
-        rule = torch.where(hard[:, :, None], imp[1][None], imp[0][None])  # [B, A, B'] value implied by A's value
+        rule = self._rule(hard)
         rule = torch.where(source[:, :, None], rule, torch.full_like(rule, -1))
         implied = (rule >= 0).any(1)
         value = (rule == 1).any(1).float()  # consistent answers never imply both values
@@ -68,7 +73,6 @@ class Implications:
     def violations(self, probs: Tensor) -> Tensor:
         """``[B]`` how many implications each row's predicted concepts (``probs > 0.5``) break."""
         hard = probs > THRESHOLD
-        imp = self.implied.to(probs.device)
-        rule = torch.where(hard[:, :, None], imp[1][None], imp[0][None])  # [B, A, B']
+        rule = self._rule(hard)
         broken = (rule >= 0) & ((rule == 1) != hard[:, None, :])
         return broken.sum((1, 2))

@@ -29,7 +29,7 @@ def test_a_cost_spec_prices_names_then_globs_then_rest():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"row_9": 2}, "['row_9'] name(s) no concept"),
+        ({"row_9": 2}, "costs.concepts: unknown concept(s) ['row_9']"),
         ({"row_1": 0}, "costs.concepts.row_1 must be a finite number > 0, got 0"),
         ({"row_1": -1.5}, "must be a finite number > 0"),
         ({"row_1": float("inf")}, "must be a finite number > 0"),

@@ -90,8 +90,11 @@ def test_coop_costs_push_a_concept_back_and_are_checked():
     ctx = BuildContext(concept_names=tuple(f"c{i}" for i in range(M)))
     with pytest.raises(ValueError, match=r"policy.coop.costs: unknown concept\(s\) \['nope'\]"):
         registry.build("policy", "coop", {"costs": {"nope": 1.0}}, ctx)
-    with pytest.raises(ConfigError, match="costs must be >= 0"):
+    with pytest.raises(ConfigError, match=r"policy.coop: costs.c0 must be a finite number > 0, got -1.0"):
         registry.validate("policy", "coop", {"costs": {"c0": -1.0}})
+    # the same spec as costs.concepts: globs and rest
+    built = registry.build("policy", "coop", {"costs": {"c*": 3.0, "c0": 2.0}}, ctx)
+    assert built.costs == [2.0] + [3.0] * (M - 1)
 
 
 # -------------------------------------------------------------------------------------- gradient

@@ -21,10 +21,12 @@ not re-ranked after each answer.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cbm.config.budgets import check_costs
+from cbm.interventions.costs import cost_list
 from cbm.interventions.policies.base import ScorePolicy
 
 if TYPE_CHECKING:
@@ -42,7 +44,8 @@ class CooPPolicy(ScorePolicy):
         entropy_weight: float = 1.0
         importance_weight: float = 1.0
         cost_weight: float = 1.0
-        #: ``{concept: cost}``; concepts not listed cost 1 (``null``: all equal).
+        #: ``{concept or glob: cost}`` (each > 0), as ``costs.concepts``; concepts not listed cost
+        #: ``rest`` (default 1; ``null``: all equal).
         costs: dict[str, float] | None = None
         #: memory budget of one chunk of the single-concept predictions (MiB)
         chunk_mb: float = 256.0
@@ -50,9 +53,7 @@ class CooPPolicy(ScorePolicy):
         def __post_init__(self) -> None:
             if min(self.entropy_weight, self.importance_weight, self.cost_weight) < 0:
                 raise ValueError("entropy_weight, importance_weight and cost_weight must be >= 0")
-            bad = {k: v for k, v in (self.costs or {}).items() if not v >= 0}
-            if bad:
-                raise ValueError(f"costs must be >= 0, got {bad}")
+            check_costs(self.costs, "costs")
             if self.chunk_mb <= 0:
                 raise ValueError(f"chunk_mb must be > 0, got {self.chunk_mb}")
 
@@ -66,7 +67,7 @@ class CooPPolicy(ScorePolicy):
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: BuildContext) -> CooPPolicy:
-        costs = cost_vector(cfg.costs, ctx.concept_names) if cfg.costs else ctx.costs
+        costs = cost_list(ctx.concept_names, cfg.costs, "policy.coop.costs") if cfg.costs else ctx.costs
         return cls(cfg.entropy_weight, cfg.importance_weight, cfg.cost_weight, costs, cfg.chunk_mb, allowed=ctx.allowed)
 
     def scores(self, model, state: ConceptState) -> Tensor:
@@ -100,11 +101,3 @@ def expected_change(model, state: ConceptState, chunk_mb: float = 256.0) -> Tens
     return (expect - pred_prob[:, None]).abs()
 
 
-def cost_vector(costs: Mapping[str, float] | None, names: Sequence[str]) -> list[float] | None:
-    """Per-concept costs in the model's concept order (1 where not listed); ``None`` when none given."""
-    if not costs:
-        return None
-    unknown = sorted(set(costs) - set(names))
-    if unknown and names:
-        raise ValueError(f"policy.coop.costs: unknown concept(s) {unknown} (the model has {list(names)})")
-    return [float(costs.get(n, 1.0)) for n in names]
