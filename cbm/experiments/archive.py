@@ -38,7 +38,8 @@ EXTRA_FILES = {"train": [("config.yaml", "config.yaml")], "intervene": [("per_ex
 README = __doc__.split("::", 1)[1].split("The paired tests", 1)[0]
 
 
-def _manifest(root: Path) -> dict[str, Any]:
+def read_manifest(root: Path) -> dict[str, Any]:
+    """An experiment's ``experiment.json`` (one line when ``root`` is not an experiment)."""
     manifest = read_json(root / "experiment.json")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
         raise FileNotFoundError(f"{root / 'experiment.json'} is not a cbm-experiment manifest")
@@ -56,7 +57,7 @@ def collect(root: str | Path, out: str | Path, predictions: bool = True, cache_d
     ``predictions``, each trained model's test predictions from its checkpoint (data from ``cache_dir``,
     default the experiment's). Returns the archive's index (``archive.json``)."""
     root, out = Path(root), Path(out)
-    manifest = _manifest(root)
+    manifest = read_manifest(root)
     if out.resolve() == root.resolve() or root.resolve() in out.resolve().parents:
         raise ValueError(f"the archive {out} must lie outside the experiment {root}")
     if out.is_dir() and any(out.iterdir()) and not (out / "archive.json").is_file():

@@ -269,7 +269,8 @@ class ReportCallback(Callback):
             print(f"cbm-report: {err}", file=sys.stderr)
 
 
-USAGE = "usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR | cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR"
+USAGE = ("usage: cbm-report RUN_SWEEP_OR_EXPERIMENT_DIR | cbm-report collect EXPERIMENT_DIR ARCHIVE_DIR | "
+         "cbm-report diagnose RUN_OR_EXPERIMENT_DIR")
 
 
 def collect_main(args: list[str]) -> None:
@@ -293,6 +294,23 @@ def collect_main(args: list[str]) -> None:
           + (f", {len(index['skipped'])} not archived (archive.json 'skipped' says why)" if index["skipped"] else ""))  # fmt: skip
 
 
+def diagnose_main(args: list[str]) -> None:
+    """``cbm-report diagnose RUN_OR_EXPERIMENT_DIR``: does each model use its concepts (cbm.experiments.diagnose)."""
+    from cbm.experiments.diagnose import write
+
+    if len(args) != 1 or args[0].startswith("-"):
+        fail("cbm-report", "diagnose needs one folder: cbm-report diagnose RUN_OR_EXPERIMENT_DIR")
+    root = Path(args[0])
+    if not root.is_dir():
+        fail("cbm-report", f"{root} " + ("is not a directory" if root.exists() else "does not exist"))
+    if dry_run("cbm-report"):
+        return
+    try:
+        print(f"diagnostics: {write(root)}")
+    except (OSError, ValueError) as err:  # not a run or experiment, no concept model, unwritable
+        fail("cbm-report", one_line(err))
+
+
 @stoppable("cbm-report")
 def main() -> None:
     if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
@@ -300,10 +318,15 @@ def main() -> None:
               "figures/). Any other directory: the metrics.json of every cbm-train run below it in one table,\n"
               "a column for every setting the runs differ in; writes results.md and results.json there.\n"
               "collect: an experiment's records (metrics, test predictions and concept probabilities, intervention\n"
-              "and automation results) in one documented layout that the tables and paired tests read back.")
+              "and automation results) in one documented layout that the tables and paired tests read back.\n"
+              "diagnose: does each trained model use its concepts? Leakage, shuffled concepts, per-concept\n"
+              "sensitivity, the concept ceiling, unseen sub-types, hierarchy violations (DIR/diagnose/).")
         return
     if len(sys.argv) > 1 and sys.argv[1] == "collect":
         collect_main(sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "diagnose":
+        diagnose_main(sys.argv[2:])
         return
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
         fail("cbm-report", USAGE)

@@ -279,6 +279,13 @@ REPORT = [
     (["collect", "FX/files/a_file", "FX/archive"], "is not a directory"),
     (["collect", "FX/files/empty_dir", "FX/archive"], "experiment.json is not a cbm-experiment manifest"),
     (["collect", "FX/files/empty_dir", "FX/files/a_file/archive"], "ARCHIVE_DIR: cannot create"),
+    (["diagnose"], "diagnose needs one folder: cbm-report diagnose RUN_OR_EXPERIMENT_DIR"),
+    (["diagnose", "FX/run", "FX/bb"], "diagnose needs one folder"),
+    (["diagnose", "--frob"], "diagnose needs one folder"),
+    (["diagnose", "FX/files/missing"], "FX/files/missing does not exist"),
+    (["diagnose", "FX/files/a_file"], "is not a directory"),
+    (["diagnose", "FX/files/empty_dir"], "is neither a cbm-train run (no checkpoints/) nor a cbm-experiment"),
+    (["diagnose", "FX/bb"], "no trained model with concepts to diagnose (1 black box(es))"),
 ]
 
 CASES = (

@@ -153,6 +153,8 @@ def fill(line: str, places: dict[str, Path]) -> list[str]:
     line = re.sub(r"data\.concept_set=my_concepts\.yaml", f"data.concept_set={places['concepts']}", line)
     if line.startswith("cbm-report collect "):  # an experiment directory, then the archive's (a new folder)
         line = re.sub(r"cbm-report collect \S+ \S+", f"cbm-report collect {places['run'].parent} {places['run'].parent / 'new-archive'}", line)
+    elif line.startswith("cbm-report diagnose "):  # a run or experiment directory
+        line = re.sub(r"cbm-report diagnose \S+", f"cbm-report diagnose {places['run']}", line)
     elif line.startswith("cbm-report "):  # a sweep or experiment directory
         line = re.sub(r"cbm-report \S+", f"cbm-report {places['run'].parent}", line)
     return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))

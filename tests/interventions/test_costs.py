@@ -129,7 +129,7 @@ def test_responsiveness_without_the_additive_hook_works_under_costs():
 def test_cbm_intervene_with_costs_on_a_thousand_robots(tmp_path):
     """The acceptance case: costs {knees: 5, rest: 1}, budgets up to 5, the oracle with random (and
     uncertainty) policies over 1,000 test robots: no robot's requests cost more than its budget."""
-    from test_intervene_app import make_checkpoint
+    from checkpoints import make_checkpoint
 
     from cbm.experiments import intervene
 

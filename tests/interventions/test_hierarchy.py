@@ -96,7 +96,7 @@ def test_propagation_is_one_step_and_keeps_the_asked_answers():
 
 
 def test_cbm_intervene_reports_the_models_violations(tmp_path):
-    from test_intervene_app import make_checkpoint
+    from checkpoints import make_checkpoint
 
     from cbm.experiments import intervene
 

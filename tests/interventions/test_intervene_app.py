@@ -11,29 +11,11 @@ import torch
 
 robot = pytest.importorskip("synthetic.robot")
 
+from checkpoints import make_checkpoint  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from cbm.core.common import CONF_DIR, clean_errors  # noqa: E402
 from cbm.experiments import intervene  # noqa: E402
-
-SMALL = {"name": "robot", "modality": "tabular", "n_train": 200, "n_calib": 0, "n_test": 300}
-
-
-def make_checkpoint(path: Path, cache: Path, model: str = "cbm", **data) -> Path:
-    """An untrained model saved in cbm-train's checkpoint format (no training: fast)."""
-    import lightning as L
-
-    from cbm.core.validation import as_dict
-    from cbm.models import build_model
-    from synthetic.registry import data_config, data_info, load_data
-
-    dcfg = data_config({**SMALL, **data})
-    ds = load_data(dcfg, str(cache))
-    torch.manual_seed(0)
-    m = build_model({"name": model}, data_info(ds, dcfg), as_dict(dcfg))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams), "pytorch-lightning_version": L.__version__}, path)
-    return path
 
 
 @pytest.fixture(scope="module")

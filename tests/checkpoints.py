@@ -1,0 +1,28 @@
+"""Untrained models saved in ``cbm-train``'s checkpoint format, on tiny tabular robots (no training:
+fast), for the tests of the commands that read a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+#: The tabular robots of these checkpoints (200 training rows, 300 test rows).
+SMALL = {"name": "robot", "modality": "tabular", "n_train": 200, "n_calib": 0, "n_test": 300}
+
+
+def make_checkpoint(path: Path, cache: Path, model: str = "cbm", **data) -> Path:
+    """An untrained ``model`` at ``path`` (``.../checkpoints/best.ckpt``), its data cached in ``cache``."""
+    import lightning as L
+
+    from cbm.core.validation import as_dict
+    from cbm.models import build_model
+    from synthetic.registry import data_config, data_info, load_data
+
+    dcfg = data_config({**SMALL, **data})
+    ds = load_data(dcfg, str(cache))
+    torch.manual_seed(0)
+    m = build_model({"name": model}, data_info(ds, dcfg), as_dict(dcfg))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams), "pytorch-lightning_version": L.__version__}, path)
+    return path
