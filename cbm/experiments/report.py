@@ -36,6 +36,7 @@ from cbm.experiments.tables import (
     automation_rows,
     comparisons,
     intervention_rows,
+    own_answer_rows,
     paired_rows,
     read_json,
     render,
@@ -170,7 +171,8 @@ def write_experiment_report(root: str | Path) -> str:
     oracle_from_interventions(runs, inter)
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
-              "paired differences": paired_rows(inter, *comparisons(cfg)), "rules": rule_rows(root, manifest)}  # fmt: skip
+              "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter),
+              "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]
     head = [f"# {manifest.get('name', root.name)}", "", manifest.get("description", ""), "",
@@ -199,6 +201,9 @@ def write_experiment_report(root: str | Path) -> str:
     if diags or failed:
         notes = [f"(a diagnostic figure could not be drawn: {why})" for why in failed]
         parts.append("## Diagnostics\n\n" + "\n\n".join([*(d.markdown(root) for d in diags), *notes]) + "\n")
+    if (root / "diagnose" / "report.md").is_file():  # written by cbm-report diagnose
+        parts.append("## Does each model use its concepts?\n\nLeakage, shuffled concepts, per-concept sensitivity, the concept "
+                     "ceiling and unseen sub-types: [diagnose/report.md](diagnose/report.md) (`cbm-report diagnose`).\n")
     text = "\n".join(parts)
     write_text_atomic(root / "report.md", text)
     write_json_atomic(root / "report.json", {name: rows for name, (rows, _) in tables.items()} | {"unfinished": unfinished})

@@ -224,6 +224,56 @@ def paired_rows(cells: list[dict[str, Any]], model_pairs: list[list[str]], polic
     return rows, cols
 
 
+# ----------------------------------------------------------------------------- own answers
+#: The interveners the own-answers table compares: the model's own ``1[p > 0.5]`` and the true values.
+OWN, TRUE = "self", "oracle"
+
+
+def change_on_intervened(rows: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """For one grid (intervener, policy) of one cell: the accuracy change on the rows intervened on,
+    ``(acc_k - acc_0) / frac_requesting`` (0.4.1's own-answers table), and the share intervened on,
+    each averaged over the budgets ``k > 0`` that intervene on some row; ``(None, None)`` when none does."""
+    base = next((r["accuracy"] for r in rows if r["k"] == 0), None)
+    later = [r for r in rows if r["k"] != 0 and (r.get("frac_requesting") or 0) > 0]
+    if base is None or not later:
+        return None, None
+    changes = [(r["accuracy"] - base) / r["frac_requesting"] for r in later]
+    return sum(changes) / len(changes), sum(r["frac_requesting"] for r in later) / len(later)
+
+
+def own_answer_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per (setting, model, policy) whose grid has both the ``self`` and the ``oracle`` intervener:
+    the change on the rows intervened on with the model's own answers and with the true values (points,
+    mean ± SE over seeds) and their paired difference. Own answers change no concept value, so what they
+    move comes from the intervention mechanism alone (a soft readout made hard, a side channel cut)."""
+    per: dict[tuple[str, str, str], dict[str, dict[int, float]]] = {}
+    for cell in cells:
+        grid: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in cell["_results"]["rows"]:
+            grid.setdefault((r["intervener"], r["policy"]), []).append(r)
+        for (iv, pol), rows in grid.items():
+            if iv not in (OWN, TRUE) or (OWN if iv == TRUE else TRUE, pol) not in grid:
+                continue
+            change, share = change_on_intervened(rows)
+            if change is None:
+                continue
+            slot = per.setdefault((cell["setting"], cell["model"], pol), {OWN: {}, TRUE: {}, "share": {}})
+            slot[iv][cell["seed"]] = change
+            slot["share"][cell["seed"]] = share
+    rows = []
+    for (setting, model, pol), v in sorted(per.items(), key=lambda kv: (kv[0][0], ARCH_ORDER.get(kv[0][1], 9), kv[0][1], kv[0][2])):
+        p = paired(v[TRUE], v[OWN])
+        rows.append({"setting": setting, "model": model, "policy": pol, "seeds": len(v[OWN]),
+                     "intervened on %": mean_se(v["share"].values()),
+                     "own answers (points)": mean_se(v[OWN].values(), signed=True),
+                     "true values (points)": mean_se(v[TRUE].values(), signed=True),
+                     "true - own [95% CI]": paired_text(p),
+                     "resolved": "" if p is None or p.low is None else ("yes" if p.excludes_zero else "no")})  # fmt: skip
+    cols = ["setting", "model", "policy", "seeds", "intervened on %", "own answers (points)", "true values (points)",
+            "true - own [95% CI]", "resolved"]  # fmt: skip
+    return rows, cols
+
+
 def _with_paper(row: dict[str, Any], numbers: dict[str, Any]) -> dict[str, Any]:
     for col, v in numbers.items():
         row[f"paper {col}"] = f"{v:.1f}" if isinstance(v, int | float) else str(v)
