@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.config.budgets import check_budgets
+from cbm.config.budgets import check_budgets, check_costs
 from cbm.config.names import CALIBRATION_METHODS as METHODS
 from cbm.config.names import DEVICES, SCORES
 from cbm.config.train import LoggerConfig, follow_logger
@@ -75,6 +75,7 @@ class AutomateConfig:
         if self.platt and self.score != "probability":
             raise ValueError("platt=true scales the predicted probability: it needs score=probability")
         check_budgets(self.ks, "ks")
+        check_costs(self.costs, "costs")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ValueError("batch_size and eval_batch_size must be >= 1")
 

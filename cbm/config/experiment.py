@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from cbm.config.budgets import check_budgets
+from cbm.config.budgets import check_budgets, check_costs
 from cbm.config.names import CALIBRATION_METHODS
 from cbm.config.train import WandbSettings
 from cbm.core.safe_paths import check_component
@@ -160,6 +160,10 @@ class ExperimentConfig:
     #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``; the
     #: ``interventions`` numbers stand beside the oracle rows of ``policy`` (default ``random``).
     paper: dict[str, Any] = field(default_factory=dict)
+    #: Prices of the report's "Cost of a check" table: ``{name: cost spec}`` (the spec of
+    #: ``cbm-intervene costs.concepts``: ``{concept or glob: cost, rest: 1}``); every automation cell's
+    #: NWA is recomputed under each, ``coverage - sum_j cost_j * share asked for j / m`` (0.4.1).
+    cost_models: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Log every cell and the report to Weights & Biases, one group (the experiment's name).
     wandb: bool = False
     #: Project, mode, tags ... of those runs (``logger.wandb.*`` of every cell).
@@ -176,6 +180,8 @@ class ExperimentConfig:
                 check_component(n, where)
                 if not NAME.match(str(n)):
                     raise ValueError(f"{where}: '{n}' is not usable as a directory name (letters, digits, _ . -)")
+        for name, spec in self.cost_models.items():
+            check_costs(spec, f"cost_models.{name}")
         self.seeds = resolve_seeds(self.seeds)
         if self.data_seed not in DATA_SEEDS:
             raise ValueError(f"data_seed must be one of {list(DATA_SEEDS)}, got '{self.data_seed}'")

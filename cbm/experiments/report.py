@@ -35,6 +35,7 @@ from cbm.experiments.tables import (
     ARCH_ORDER,
     automation_rows,
     comparisons,
+    cost_rows,
     intervention_rows,
     own_answer_rows,
     paired_rows,
@@ -172,6 +173,7 @@ def write_experiment_report(root: str | Path) -> str:
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
               "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter),
+              "cost of a check": cost_rows(auto, cfg.get("cost_models") or {}),
               "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]

@@ -315,6 +315,37 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     return rows, cols
 
 
+def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The "cost of a check" table (0.4.1's make_sudoku_sensitivity_tables.py): per (setting, model,
+    price, k), coverage and NWA with each check priced by ``cost_models[price]``, from the share of
+    examples each concept was asked for (``automation.json`` results' ``requested_share``)."""
+    from cbm.interventions.costs import cost_list
+
+    if not cost_models:
+        return [], []
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for cell in cells:
+        rep = cell["_results"]
+        names = list(rep.get("concept_costs") or [])
+        for r in rep["results"]:
+            share = r.get("requested_share")
+            if share is None or r.get("coverage") is None or len(share) != len(names):
+                continue
+            for price, spec in cost_models.items():
+                w = cost_list(names, spec, f"cost_models.{price}")
+                nwa = r["coverage"] - sum(c * s for c, s in zip(w, share)) / len(names)
+                g = groups.setdefault((cell["setting"], cell["model"], price, k_label(r["k"], len(names))), {"coverage": [], "nwa": []})
+                g["coverage"].append(r["coverage"])
+                g["nwa"].append(nwa)
+    prices = list(cost_models)
+    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
+    keys = sorted(groups, key=lambda k: (k[0], prices.index(k[2]), ARCH_ORDER.get(k[1], 9), k[1], kpos(k[3])))
+    rows = [{"setting": s, "price": p, "model": m, "k": k, "seeds": len(groups[(s, m, p, k)]["nwa"]),
+             "coverage %": mean_se(groups[(s, m, p, k)]["coverage"]), "NWA %": mean_se(groups[(s, m, p, k)]["nwa"], signed=True)}
+            for s, m, p, k in keys]  # fmt: skip
+    return rows, ["setting", "price", "model", "k", "seeds", "coverage %", "NWA %"]
+
+
 #: A concept-reasoning model's rules over the test split (``[{rule, examples, share, accuracy}]``,
 #: written by ``cbm-train``), and how many per training cell the experiment report shows.
 RULES_FILE = "rules.json"

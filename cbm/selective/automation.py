@@ -118,6 +118,9 @@ class AutomationOutcome:
     n_requested: np.ndarray
     cost_uniform: np.ndarray
     cost_weighted: np.ndarray
+    #: ``[n, m]`` bool: the concepts each example was asked about (the cost of any other pricing
+    #: follows from it: the report's "cost of a check" table)
+    asked: np.ndarray
 
     @property
     def n(self) -> int:
@@ -146,6 +149,7 @@ class AutomationOutcome:
             "mean_cost": float(self.cost_weighted.mean()),
             "nwa": net_work_automated(self.automated, self.cost_uniform),
             "nwa_cost": net_work_automated(self.automated, self.cost_weighted),
+            "requested_share": self.asked.mean(0).tolist(),
             "aurc": aurc(self.score_final, self.correct_final),
             "eaurc": excess_aurc(self.score_final, self.correct_final),
         }
@@ -222,6 +226,7 @@ def run_automation(
             n_req = torch.zeros(n, dtype=torch.long, device=s0.device)
             cost_u = torch.zeros(n, dtype=torch.float64, device=s0.device)
             cost_w = torch.zeros(n, dtype=torch.float64, device=s0.device)
+            asked = torch.zeros(n, m, dtype=torch.bool, device=s0.device)
             if k > 0 and sub_state is not None:
                 new_state, mask = apply_intervention(model, sub_state, sub_batch, policies[k], intervener, k)
                 if mask.any():
@@ -233,6 +238,7 @@ def run_automation(
                     n_req[idx] = mask.sum(dim=1)
                     cost_u[idx] = request_cost(mask, w_uniform)
                     cost_w[idx] = request_cost(mask, w)
+                    asked[idx] = mask.to(asked.device)
             add(
                 k,
                 accepted_before=acc0,
@@ -243,6 +249,7 @@ def run_automation(
                 n_requested=n_req,
                 cost_uniform=cost_u,
                 cost_weighted=cost_w,
+                asked=asked,
             )
     out = {}
     for k in ks:

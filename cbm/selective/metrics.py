@@ -7,8 +7,9 @@
   area under it in the usual per-example form ``1/n * sum_k risk(top-k)`` with ties kept
   together; E-AURC subtracts the AURC of a perfect ranking (Geifman et al., 2019).
 * NetWorkAutomated (NWA) = ``E[automated] - E[cost(S(x))]`` where ``cost(S) = sum_{j in S} w_j``
-  with concept costs ``w`` normalised so that asking for every concept (a full human review)
-  costs 1. Uniform costs ``w_j = 1/m`` give the seed's ``E[f(x) != abstain] - E[|S(x)|/m]``.
+  with ``w_j = cost_j / m``: a concept of unit cost is ``1/m`` of a full review (concept-benchmark
+  0.4.1's NWA, ``coverage - cost / (examples x m)``). Uniform costs give the seed's
+  ``E[f(x) != abstain] - E[|S(x)|/m]``, a full review costing 1.
   Every requested concept is paid for, whether or not the example ends up automated.
 """
 
@@ -78,28 +79,19 @@ def excess_aurc(scores, correct) -> float:
 
 # ----------------------------------------------------------------------------- costs and NWA
 def concept_costs(concept_names: Sequence[str], costs: Mapping[str, float] | None = None) -> Tensor:
-    """Per-concept costs ``[m]`` normalised so that a full review (every concept) costs 1.
+    """Per-concept costs ``[m]`` in shares of a full review: ``cost_j / m`` (module doc).
 
-    ``costs=None``: uniform ``1/m``. A mapping gives a non-negative cost per concept name in
-    any unit; concepts it leaves out cost 1 in that unit; then everything is divided by the
-    total. Unknown names and all-zero costs are errors.
-    """
+    ``costs=None``: uniform ``1/m``. A mapping is the cost spec of ``cbm-intervene costs.concepts``
+    (:func:`cbm.interventions.costs.cost_list`: names or globs, ``rest``, each cost > 0, in units of
+    one concept's check; concepts it leaves out cost 1)."""
+    from cbm.interventions.costs import cost_list
+
     names = list(concept_names)
     m = len(names)
     if m == 0:
         return torch.zeros(0, dtype=torch.float64)
-    if costs is None:
-        return torch.full((m,), 1.0 / m, dtype=torch.float64)
-    unknown = sorted(set(costs) - set(names))
-    if unknown:
-        raise ValueError(f"costs: unknown concept(s) {unknown}; the model's concepts are {names}")
-    raw = torch.tensor([float(costs.get(n, 1.0)) for n in names], dtype=torch.float64)
-    if (raw < 0).any() or not torch.isfinite(raw).all():
-        raise ValueError("costs: concept costs must be finite and >= 0")
-    total = float(raw.sum())
-    if total <= 0:
-        raise ValueError("costs: at least one concept must have a positive cost")
-    return raw / total
+    raw = cost_list(names, costs, "costs") if costs is not None else [1.0] * m
+    return torch.tensor(raw, dtype=torch.float64) / m
 
 
 def request_cost(mask: Tensor, costs: Tensor) -> Tensor:

@@ -347,6 +347,10 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
             knees = ck["hyper_parameters"]["data"]["concept_names"].index("knees")
             assert ok(float(w[1, knees] - w[0, knees])), (model, w)
         assert "| 89.8 | 90.7 |" in (root / "report.md").read_text()  # the paper's means beside ours
+    if preset == "paper_v04_sudoku_smoke":  # priced all equal, the cost table's NWA is the automation table's
+        nwa = {(r["model"], r["k"]): r["NWA %"] for r in report["automation"]}
+        for r in (r for r in report["cost of a check"] if r["price"] == "equal"):
+            assert r["NWA %"] == nwa[(r["model"], r["k"])], r
     if preset == "paper_v04_own_answers_smoke":  # 0.4.1's CBM reads 1[p >= 0.5]: its own answers change nothing
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"

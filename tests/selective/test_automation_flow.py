@@ -30,7 +30,7 @@ def test_outcomes_per_example_match_the_hand_analysis(model, batch):
 
 
 def test_summary_numbers_by_hand(model, batch):
-    costs = concept_costs(["c0", "c1", "c2"], {"c0": 2.0})  # c0 costs 2 units, the others 1 -> [.5, .25, .25]
+    costs = concept_costs(["c0", "c1", "c2"], {"c0": 2.0})  # c0 costs 2 units, the others 1 -> [2/3, 1/3, 1/3]
     s = {k: o.summary(0.8) for k, o in flow(model, [batch], costs=costs).items()}
     assert s[0]["coverage_before"] == s[0]["coverage"] == 0.5
     assert s[0]["selective_acc"] == 0.75 and s[0]["nwa"] == 0.5 and s[0]["nwa_cost"] == 0.5
@@ -39,12 +39,11 @@ def test_summary_numbers_by_hand(model, batch):
     assert s[1]["coverage"] == 7 / 8 and s[1]["rescued"] == 3 / 8 and s[1]["deferred"] == 1 / 8
     assert s[1]["selective_acc"] == pytest.approx(5 / 7) and s[1]["rescued_acc"] == pytest.approx(2 / 3)
     assert s[1]["nwa"] == pytest.approx(17 / 24) and s[1]["mean_requested"] == 0.5
-    # cost-weighted: examples 4, 5 ask c1 (.25), 6 and 8 ask c0 (.5) -> mean 1.5/8.
-    assert s[1]["mean_cost"] == pytest.approx(3 / 16) and s[1]["nwa_cost"] == pytest.approx(7 / 8 - 3 / 16)
+    # cost-weighted: examples 4, 5 ask c1 (1/3), 6 and 8 ask c0 (2/3) -> mean 2/8.
+    assert s[1]["mean_cost"] == pytest.approx(1 / 4) and s[1]["nwa_cost"] == pytest.approx(7 / 8 - 1 / 4)
     assert s[2]["nwa"] == pytest.approx(7 / 8 - 1 / 3) and s[2]["selective_acc"] == pytest.approx(6 / 7)
-    assert s[3]["nwa"] == pytest.approx(0.5) and s[3]["nwa_cost"] == pytest.approx(
-        0.5
-    )  # full review costs 1 either way
+    # a full review costs 1 at unit costs, 4/3 with c0 at 2 units: 4 of 8 examples reviewed
+    assert s[3]["nwa"] == pytest.approx(0.5) and s[3]["nwa_cost"] == pytest.approx(1 - 4 / 8 * 4 / 3)
     assert s[3]["coverage"] == 1.0 and s[3]["selective_acc"] == 7 / 8 and s[3]["meets_target"]
     assert s[0]["meets_target"] is False
 

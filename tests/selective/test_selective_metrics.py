@@ -28,19 +28,22 @@ def test_nwa_is_negative_when_interventions_cost_more_than_they_rescue():
     assert net_work_automated([0, 0], [1, 1]) == -1.0  # the worst case: full reviews, nothing automated
 
 
-def test_concept_costs_normalise_to_a_full_review():
+def test_concept_costs_are_shares_of_a_full_review_at_unit_cost():
     torch.testing.assert_close(
         concept_costs(["a", "b", "c", "d"]), torch.full((4,), 0.25, dtype=torch.float64)
     )
-    w = concept_costs(["a", "b", "c"], {"a": 3.0, "b": 0.0})  # c is left out: 1 unit
-    torch.testing.assert_close(w, torch.tensor([0.75, 0.0, 0.25], dtype=torch.float64))
+    w = concept_costs(["a", "b", "c"], {"a": 3.0, "b": 0.5})  # c is left out: 1 unit; 0.4.1's cost / m
+    torch.testing.assert_close(w, torch.tensor([1.0, 0.5 / 3, 1 / 3], dtype=torch.float64))
     mask = torch.tensor([[True, False, True], [False, True, False], [True, True, True]])
-    torch.testing.assert_close(request_cost(mask, w), torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(request_cost(mask, w), torch.tensor([4 / 3, 0.5 / 3, 1.5], dtype=torch.float64))
+    # the cost spec of cbm-intervene: globs and rest
+    torch.testing.assert_close(concept_costs(["row1", "row2", "box1"], {"row*": 2.0, "rest": 0.5}),
+                               torch.tensor([2 / 3, 2 / 3, 0.5 / 3], dtype=torch.float64))  # fmt: skip
     with pytest.raises(ValueError, match=r"costs: unknown concept\(s\) \['z'\]"):
         concept_costs(["a"], {"z": 1.0})
-    with pytest.raises(ValueError, match="at least one concept must have a positive cost"):
+    with pytest.raises(ValueError, match="costs.a must be a finite number > 0, got 0.0"):
         concept_costs(["a"], {"a": 0.0})
-    with pytest.raises(ValueError, match="finite and >= 0"):
+    with pytest.raises(ValueError, match="costs.a must be a finite number > 0, got -1.0"):
         concept_costs(["a", "b"], {"a": -1.0})
 
 

@@ -1,0 +1,39 @@
+"""The report's "cost of a check" table: NWA recomputed under each price of a check from the share
+of examples each concept was asked for (0.4.1's Sudoku cost table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cbm.config.experiment import ExperimentConfig
+from cbm.experiments.tables import cost_rows
+
+NAMES = ["row1", "row2", "col1", "box1"]
+
+
+def cell(seed: int, share: list[float], coverage: float) -> dict:
+    rows = [{"k": 0, "coverage": 0.5, "requested_share": [0.0] * 4}, {"k": 2, "coverage": coverage, "requested_share": share},
+            {"k": 4, "coverage": None, "note": "no threshold"}]  # fmt: skip
+    return {"setting": "10px", "model": "cbm", "seed": seed,
+            "_results": {"concept_costs": dict.fromkeys(NAMES, 0.25), "n_concepts": 4, "results": rows}}  # fmt: skip
+
+
+def test_nwa_charges_each_check_its_price_over_m():
+    cells = [cell(171, [0.4, 0.2, 0.2, 0.0], 0.8), cell(172, [0.4, 0.0, 0.0, 0.4], 0.9)]
+    prices = {"equal": {"rest": 1}, "2x_block": {"box*": 2}}
+    rows, cols = cost_rows(cells, prices)
+    got = {(r["price"], r["k"]): r for r in rows}
+    assert [(r["price"], r["k"]) for r in rows] == [("equal", "0"), ("equal", "2"), ("2x_block", "0"), ("2x_block", "2")]
+    assert got[("equal", "0")]["NWA %"] == "+50.00 ± 0.00"
+    # equal: 0.8 - 0.8/4 = 0.6 and 0.9 - 0.8/4 = 0.7; 2x block: 0.6 and 0.9 - (0.4 + 0.8)/4 = 0.6
+    assert got[("equal", "2")]["NWA %"] == "+65.00 ± 5.00" and got[("2x_block", "2")]["NWA %"] == "+60.00 ± 0.00"
+    assert got[("equal", "2")]["coverage %"] == "85.00 ± 5.00" and cols[-1] == "NWA %"
+    assert cost_rows(cells, {}) == ([], [])
+
+
+def test_a_price_is_checked_like_any_cost_spec():
+    base = {"name": "x", "settings": {"a": []}, "models": {"cbm": []}}
+    with pytest.raises(ValueError, match=r"cost_models.bad.box\* must be a finite number > 0, got 0"):
+        ExperimentConfig(**base, cost_models={"bad": {"box*": 0}})
+    with pytest.raises(ValueError, match=r"cost_models.typo: unknown concept\(s\) \['blok\*'\]"):
+        cost_rows([cell(171, [0.1] * 4, 0.8)], {"typo": {"blok*": 2}})
