@@ -104,8 +104,7 @@ def _flat(cell: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _order(models: list[str]) -> list[str]:
-    rank = {m: i for i, m in enumerate(ARCH_ORDER)}
-    return sorted(dict.fromkeys(models), key=lambda m: (rank.get(m, len(rank)), m))
+    return sorted(dict.fromkeys(models), key=lambda m: (ARCH_ORDER.get(m, len(ARCH_ORDER)), m))
 
 
 def summary_rows(results: list[dict[str, Any]], setting: str) -> list[dict[str, Any]]:

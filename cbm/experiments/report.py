@@ -31,6 +31,7 @@ from cbm.core.common import (
 )
 from cbm.core.concurrency import stoppable
 from cbm.core.safe_paths import slugs
+from cbm.experiments.archive import read_manifest
 from cbm.experiments.tables import (
     ARCH_ORDER,
     automation_rows,
@@ -157,9 +158,7 @@ def write_experiment_report(root: str | Path) -> str:
     from cbm.experiments.diagnostics import write_diagnostics
 
     root = Path(root)
-    manifest = read_json(root / "experiment.json")
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
-        raise FileNotFoundError(f"{root / 'experiment.json'} is not a cbm-experiment manifest")
+    manifest = read_manifest(root)
     cfg = manifest.get("config", {})
     paper = cfg.get("paper") or {}
     runs = []

@@ -327,12 +327,12 @@ def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple
     for cell in cells:
         rep = cell["_results"]
         names = list(rep.get("concept_costs") or [])
+        priced = {price: cost_list(names, spec, f"cost_models.{price}") for price, spec in cost_models.items()}
         for r in rep["results"]:
             share = r.get("requested_share")
             if share is None or r.get("coverage") is None or len(share) != len(names):
                 continue
-            for price, spec in cost_models.items():
-                w = cost_list(names, spec, f"cost_models.{price}")
+            for price, w in priced.items():
                 nwa = r["coverage"] - sum(c * s for c, s in zip(w, share)) / len(names)
                 g = groups.setdefault((cell["setting"], cell["model"], price, k_label(r["k"], len(names))), {"coverage": [], "nwa": []})
                 g["coverage"].append(r["coverage"])

@@ -230,7 +230,8 @@ AUTOMATE = [
 ]
 AUTOMATE_LATE = [
     (["checkpoint=FX/files/evil.ckpt"], "could run code (refused)"),
-    (["checkpoint=FX/run", "+costs={wings: 2.0}"], "wings"),
+    (["checkpoint=FX/run", "+costs={wings: 2.0}"], "costs: unknown concept(s) ['wings']"),
+    (["checkpoint=FX/run", "+costs={knees: -1}"], "costs.knees must be a finite number > 0, got -1"),
     (["checkpoint=FX/run", "ks=[50]"], "outside [0, 7]"),
 ]
 DATA_CLI = [

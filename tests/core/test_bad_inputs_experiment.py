@@ -103,6 +103,8 @@ EXPERIMENT = [
      "tab/cbm (train; trainer.max_epochs=0, replaced by a later override): config: trainer.max_epochs must be >= 1, got 0", ()),
     ([*TINY, "train=[data.n_train=-5]", "models.cbm=[model=cbm,data.n_train=300]"], "(train; data.n_train=-5, replaced by a later override): ", (SLOW,)),
     (["+experiment=alignment_smoke", "settings.easy=[data=robt]"], "easy/blackbox (train): config: unknown data 'robt'", ()),
+    (["+experiment=paper_v04_sudoku_smoke", "+cost_models.free={box1: 0}"], "cost_models.free.box1 must be a finite number > 0, got 0", ()),
+    (["+experiment=paper_v04_sudoku_smoke", "+cost_models.flat=3"], "incompatible with type hint 'typing.Dict[str, typing.Any]' (key: cost_models.flat)", ()),
     ([*TINY, "+models.bb=[model=blackbox,trainer.max_epoch=3]", "select.models=[cbm]"], "bb (train): config: unknown key 'trainer.max_epoch'", (SLOW,)),
     # settings and models
     ([*TINY, "~settings"], "settings: the experiment needs at least one entry", ()),
