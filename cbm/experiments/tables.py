@@ -327,6 +327,8 @@ def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple
     for cell in cells:
         rep = cell["_results"]
         names = list(rep.get("concept_costs") or [])
+        if not names:  # a black box asks for no concept: nothing to price
+            continue
         priced = {price: cost_list(names, spec, f"cost_models.{price}") for price, spec in cost_models.items()}
         for r in rep["results"]:
             share = r.get("requested_share")

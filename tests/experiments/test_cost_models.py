@@ -31,6 +31,13 @@ def test_nwa_charges_each_check_its_price_over_m():
     assert cost_rows(cells, {}) == ([], [])
 
 
+def test_a_black_box_asks_for_no_concept_and_is_not_priced():
+    blackbox = {"setting": "10px", "model": "blackbox", "seed": 171,
+                "_results": {"concept_costs": {}, "n_concepts": 0, "results": [{"k": 0, "coverage": 0.7, "requested_share": []}]}}  # fmt: skip
+    rows, _ = cost_rows([blackbox, cell(171, [0.4, 0.2, 0.2, 0.0], 0.8)], {"2x_block": {"box*": 2}})
+    assert {r["model"] for r in rows} == {"cbm"} and len(rows) == 2
+
+
 def test_a_price_is_checked_like_any_cost_spec():
     base = {"name": "x", "settings": {"a": []}, "models": {"cbm": []}}
     with pytest.raises(ValueError, match=r"cost_models.bad.box\* must be a finite number > 0, got 0"):
