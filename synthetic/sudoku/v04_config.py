@@ -16,6 +16,8 @@ from cbm.core.validation import integer, number, one_of, span
 
 #: Where the handwriting's shapes come from: this project's stroke glyphs, or a font file.
 HANDWRITING = ("strokes", "font")
+#: Which stroke shapes a digit is written in: one per digit (as a font has), or every allograph.
+ALLOGRAPHS = ("one", "all")
 
 
 @dataclass
@@ -34,6 +36,9 @@ class V04Render:
         concept-benchmark package; nothing is copied into this repository).
     font_file : path of a TrueType / OpenType font for ``handwriting=font``.
     stroke_em : pen width of the stroke glyphs in em (Pecita's strokes: about 0.065 em).
+    allographs : ``one`` (each digit in one stroke shape, as a font writes it: the shape read most
+        reliably at 10 px, :data:`synthetic.sudoku.v04_glyphs.ONE_ALLOGRAPH`) or ``all`` (every
+        allograph of :data:`synthetic.sudoku.glyphs.STROKES`: 1 of 2-3 shapes per glyph, a harder read).
     ink, starter_ink : grey level of the handwriting (the luma of 0.4's blue ink (26, 71, 180)) and
         of the printed starters ((30, 30, 30)).
     rotation_deg : rotations drawn uniformly in ``[-rotation_deg, rotation_deg]``.
@@ -52,6 +57,7 @@ class V04Render:
     handwriting: str = "strokes"
     font_file: str | None = None
     stroke_em: float = 0.065
+    allographs: str = "one"
     ink: int = 70
     starter_ink: int = 30
     rotation_deg: float = 15.0
@@ -80,6 +86,7 @@ class V04Render:
             raise ValueError(f"{w}.blur: expected a non-empty list of radii in [0, 10], got []")
         self.blur = [number(f"{w}.blur[{i}]", x, 0.0, 10.0) for i, x in enumerate(blur)]
         one_of(f"{w}.handwriting", self.handwriting, HANDWRITING)
+        one_of(f"{w}.allographs", self.allographs, ALLOGRAPHS)
         if self.font_file is not None and (not isinstance(self.font_file, str) or not self.font_file.strip()):
             raise ValueError(f"{w}.font_file: expected a path (or null), got {self.font_file!r}")
         if self.handwriting == "strokes" and self.font_file is not None:

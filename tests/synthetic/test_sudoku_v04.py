@@ -99,6 +99,24 @@ def test_glyphs_are_a_function_of_their_uniforms():
     np.testing.assert_array_equal(draw_glyphs(digits[2:3], u[2:3], 41, cfg), g[2:3])
 
 
+def test_one_allograph_per_digit_by_default_every_one_on_request():
+    from synthetic.sudoku.glyphs import STROKES
+    from synthetic.sudoku.v04_glyphs import ONE_ALLOGRAPH, atlas
+
+    one, every = atlas("strokes", 0.065, None, "one"), atlas("strokes", 0.065, None, "all")
+    assert [len(p) for p in one.digit_protos[1:]] == [1] * 9  # one shape per digit, as a font writes it
+    assert [len(p) for p in every.digit_protos[1:]] == [len(STROKES[d]) for d in range(1, 10)]
+    side = one.image.shape[-2]
+    for d in range(1, 10):  # the one shape is that allograph's prototype, pixel for pixel
+        i, j = one.digit_protos[d][0], every.digit_protos[d][ONE_ALLOGRAPH[d]]
+        assert (one.image[..., i * side : (i + 1) * side] == every.image[..., j * side : (j + 1) * side]).all()
+    u = np.repeat(np.random.default_rng(2).random((1, N_UNIFORMS)), 2, axis=0)
+    u[:, 5] = [0.1, 0.9]  # the same glyph but for its allograph uniform, which picks a shape only under "all"
+    one_g, all_g = draw_glyphs(np.full(2, 4), u, 41, V04Render()), draw_glyphs(np.full(2, 4), u, 41, V04Render(allographs="all"))
+    np.testing.assert_array_equal(one_g[0], one_g[1])
+    assert np.abs(all_g[0] - all_g[1]).sum() > 10  # two shapes of a 4
+
+
 @pytest.mark.parametrize(
     "kw,msg",
     [
@@ -110,6 +128,7 @@ def test_glyphs_are_a_function_of_their_uniforms():
         ({"renderer": "v04", "style": "handwritten", "v04": {"stroke": 1}}, "unknown v04 keys ['stroke']"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"font_file": "x.otf"}}, "v04.font_file: read only with handwriting=font"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"blur": []}}, "v04.blur: expected a non-empty list"),
+        ({"renderer": "v04", "style": "handwritten", "v04": {"allographs": "some"}}, "v04.allographs: must be one of"),
         ({"renderer": "v04", "style": "handwritten", "v04": {"handwriting": "font", "font_file": "/no/such.otf"}}, "is not a file"),
     ],
 )
