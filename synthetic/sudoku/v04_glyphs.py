@@ -42,10 +42,11 @@ PROTO_PX, PROTO_HALF = 96, 1.5
 #: Uniforms a glyph reads (columns of ``u``): rotation, x / y offset, scale, blur, allograph,
 #: thickness, thicker-or-thinner, elastic alpha, elastic sigma, displacement field.
 N_UNIFORMS = 11
-#: The one stroke allograph per digit of ``allographs=one`` (indices into ``STROKES[d]``): the shape
-#: of each digit an MLP reads best from isolated 10 px cells drawn as here (fewest confusions between
-#: 4 / 6 / 9, 5 / 8 and 7 / 9), so a board's handwriting is one shape per digit, as 0.4's font.
-ONE_ALLOGRAPH: dict[int, int] = {1: 0, 2: 0, 3: 1, 4: 1, 5: 0, 6: 1, 7: 0, 8: 0, 9: 0}
+#: The one stroke allograph per digit of ``allographs=one`` (indices into ``STROKES[d]``), so a
+#: board's handwriting is one shape per digit, as 0.4's font. Chosen by the OCR on whole boards
+#: (seed 171, 600 training boards, 200 test): this set reads 98.46% of test cells; 3's other shape
+#: 98.18% (3 read as 5), every allograph 97.53%.
+ONE_ALLOGRAPH: dict[int, int] = {1: 0, 2: 0, 3: 0, 4: 1, 5: 0, 6: 1, 7: 0, 8: 0, 9: 0}
 #: Displacement fields per smoothness level, and the levels between the sigma range's ends.
 N_FIELDS, N_SIGMAS = 48, 9
 
