@@ -36,8 +36,9 @@ from synthetic.sudoku.transforms import expand, unique_first
 from synthetic.sudoku.v04_render import render_v04, starters
 
 #: Bump when the output for a given config changes.
-GENERATOR_VERSION = 4  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks;
-# 4: one glyph bank per split (glyph_bank=per_split): no split shares a glyph with training
+GENERATOR_VERSION = 5  # 2: images stored grey, one channel [N,S,S]; 3: seed grids scale with the boards, fanned-out walks;
+# 4: one glyph bank per split (glyph_bank=per_split): no split shares a glyph with training; 5: the v04 stroke
+# handwriting writes each digit in one allograph (data.v04.allographs=one)
 CLASS_NAMES = ["invalid", "valid"]
 
 
