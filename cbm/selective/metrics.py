@@ -77,6 +77,38 @@ def excess_aurc(scores, correct) -> float:
     return aurc(scores, correct) - optimal_aurc(correct)
 
 
+def reliability_bins(confidence, correct, n_bins: int = 10, low: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The reliability diagram's points: ``(mean confidence, accuracy, count)`` of each non-empty bin.
+
+    ``confidence``: the probability each prediction is right (e.g. the predicted class's
+    probability, in ``[low, 1]``; a binary model's is at least 0.5, so ``low=0.5``); ``correct``:
+    whether it was. ``n_bins`` equal-width bins on ``[low, 1]``, the last one closed; a calibrated
+    model's accuracy equals its mean confidence in every bin.
+    """
+    s, c = check_inputs(confidence, correct)
+    if n_bins < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    if not 0.0 <= low < 1.0:
+        raise ValueError(f"low must be in [0, 1), got {low}")
+    if s.size and (s.min() < low or s.max() > 1.0):
+        raise ValueError(f"confidence must lie in [{low}, 1], got [{s.min():.4g}, {s.max():.4g}]")
+    edges = np.linspace(low, 1.0, n_bins + 1)
+    which = np.clip(np.searchsorted(edges, s, side="right") - 1, 0, n_bins - 1)
+    count = np.bincount(which, minlength=n_bins)
+    conf_sum = np.bincount(which, weights=s, minlength=n_bins)
+    right = np.bincount(which, weights=c.astype(np.float64), minlength=n_bins)
+    keep = count > 0
+    return conf_sum[keep] / count[keep], right[keep] / count[keep], count[keep]
+
+
+def expected_calibration_error(confidence, correct, n_bins: int = 10, low: float = 0.0) -> float:
+    """ECE: the count-weighted mean of ``|accuracy - mean confidence|`` over :func:`reliability_bins`."""
+    conf, acc, count = reliability_bins(confidence, correct, n_bins, low)
+    if count.sum() == 0:
+        raise ValueError("no examples: the calibration error is undefined")
+    return float(np.sum(count * np.abs(acc - conf)) / count.sum())
+
+
 # ----------------------------------------------------------------------------- costs and NWA
 def concept_costs(concept_names: Sequence[str], costs: Mapping[str, float] | None = None) -> Tensor:
     """Per-concept costs ``[m]`` in shares of a full review: ``cost_j / m`` (module doc).
