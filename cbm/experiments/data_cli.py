@@ -93,8 +93,9 @@ def info_text(data: SyntheticData) -> str:
     return "\n".join(lines)
 
 
-def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
-    """Save a grid of sample images titled with their label and active concepts."""
+def show_grid(data: SyntheticData, rows: np.ndarray, path: Path, caption: str | None = None, cols: int = 4) -> None:
+    """Save a grid of sample images titled with their label and active concepts (``cols`` per row),
+    with ``caption`` (e.g. the label rule) written under it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,9 +103,10 @@ def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
 
     if data.modality != "image":
         raise ValueError(f"show needs image data, this dataset is {data.modality} (use data.modality=image)")
-    cols = min(4, len(rows))
+    cols = min(cols, len(rows))
     nrows = int(np.ceil(len(rows) / cols))
-    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.6 * nrows), squeeze=False)
+    below = 0.2 + 0.18 * (caption.count("\n") + 1) if caption else 0.0  # inches of caption
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.6 * nrows + below), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, i in zip(axes.flat, rows):
@@ -112,7 +114,9 @@ def show_grid(data: SyntheticData, rows: np.ndarray, path: Path) -> None:
         on = [n for n, v in zip(data.concept_names, data.c[i]) if v > 0.5]
         text = ", ".join(on) if len(on) <= 8 else f"{len(on)}/{data.n_concepts} concepts on"
         ax.set_title(f"y={data.class_names[data.y[i]]}\n{text}", fontsize=7, wrap=True)
-    fig.tight_layout()
+    if caption:
+        fig.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=9, wrap=True)
+    fig.tight_layout(rect=(0, below / fig.get_figheight(), 1, 1))
     try:
         savefig_atomic(fig, path, dpi=100)
     finally:
