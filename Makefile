@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 TEST_SEED ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$((0x$$h)) || echo 1)
 RANDOM_ORDER = -p randomly -p no:cacheprovider --randomly-seed=$(TEST_SEED)
 
-.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-zoo gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots
+.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-zoo gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots docs-figures
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,11 @@ docs: setup
 ## (Debian's `chromium` package) of the index, a guide and the configuration reference into docs-screenshots/.
 docs-screenshots: docs
 	$(PY) docs/screenshots.py --out docs-screenshots
+
+## Redraw the docs' figures (docs/img/*.png) from the generators, short training runs and the project's plotting
+## code: docs/figures.py (about 7 minutes on 2 busy cores; ARGS=--smoke: tiny sizes, ~25 s, into ARGS=--out DIR).
+docs-figures: setup
+	$(PY) docs/figures.py $(ARGS)
 
 ## Rewrite the notebooks from notebooks/make_notebooks.py.
 notebooks: setup
