@@ -380,9 +380,25 @@ def code(text: str) -> str:
     return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
 
 
+#: An inline code span (Python-Markdown's tables keep a ``|`` inside one in its cell).
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def _cell_prose(text: str) -> str:
+    """Prose of a table cell: ``|`` escaped (a cell boundary otherwise), ``<`` as an entity (``<name>``
+    would be eaten by the browser as an unknown tag)."""
+    return text.replace("|", "\\|").replace("<", "&lt;")
+
+
 def cell(text: str) -> str:
-    """One table cell: one line, reST roles as code spans (as the API pages show them), pipes escaped."""
-    return " ".join(ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1] if '`~' in m.group(0) else m.group(1)}`", text).split()).replace("|", "\\|")
+    """One table cell: one line, reST roles as code spans (as the API pages show them), pipes and
+    ``<`` escaped in the prose and left as they are inside code spans."""
+    text = " ".join(ROLE.sub(lambda m: f"`{m.group(1).rsplit('.', 1)[-1] if '`~' in m.group(0) else m.group(1)}`", text).split())
+    out, pos = [], 0
+    for m in CODE_SPAN.finditer(text):
+        out += [_cell_prose(text[pos : m.start()]), m.group(0)]
+        pos = m.end()
+    return "".join(out) + _cell_prose(text[pos:])
 
 
 def anchor(cls: type) -> str:
@@ -400,11 +416,12 @@ def table(prefix: str | None, cls: type, seen: dict[type, str], yaml_docs: dict[
     if first and not first.startswith(cls.__name__ + "("):
         para = first.split("\n\n")[0]
         lines += ["", cell(para)]
+    keys = [f for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+    if not keys:
+        return lines + ["", "It has no keys of its own.", ""]
     lines += ["", "| key | type | default | allowed values | meaning |", "|---|---|---|---|---|"]
     sub = {p.rstrip(".").removesuffix("[]"): c for p, c in nested(cls)}
-    for f in dataclasses.fields(cls):
-        if f.name.startswith("_"):
-            continue
+    for f in keys:
         ftype = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         vals = ", ".join(f"`{v}`" for v in allowed.get(f.name, []))
         doc = docs.get(f.name, "") or yaml_docs.get(prefix + f.name, "") or yaml_docs.get(f"client.{f.name}" if cls.__name__ == "ClientConfig" else "", "")

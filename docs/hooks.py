@@ -1,4 +1,5 @@
-"""MkDocs hooks (``hooks:`` in mkdocs.yml): the API reference, one page per public module.
+"""MkDocs hooks (``hooks:`` in mkdocs.yml): the API reference, one page per public module, and the
+page checks of ``docs/page_checks.py`` on every page.
 
 Every module of ``cbm`` and ``synthetic`` whose dotted path has no part starting with ``_`` (packages
 through their ``__init__``) gets ``reference/api/<dotted.name>.md`` holding a mkdocstrings
@@ -9,7 +10,10 @@ checks the list against the source tree.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import page_checks  # docs/page_checks.py: mkdocs puts this file's folder on the path while it loads
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cbm", "synthetic")
@@ -72,6 +76,16 @@ def on_files(files, config):  # noqa: ARG001 (mkdocs hook signature)
     for path, text in api_pages().items():
         files.append(File.generated(config, path, content=text))
     return files
+
+
+LOG = logging.getLogger("mkdocs.hooks.page_checks")  # under "mkdocs": a warning fails the strict build
+
+
+def on_page_markdown(markdown, page, config, files):  # noqa: ARG001 (mkdocs hook signature)
+    """Every defect :mod:`page_checks` finds on the page, as a warning (so ``--strict`` fails)."""
+    for problem in page_checks.problems(page.file.src_uri, markdown):
+        LOG.warning(problem)
+    return markdown
 
 
 def api_nav(names: list[str]) -> list:

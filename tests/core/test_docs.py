@@ -116,8 +116,14 @@ def test_every_key_on_the_configuration_page_says_what_it_means():
     assert not bare, f"keys without a meaning (add a #: comment above the field): {bare}"
 
 
+def _hooks():
+    """docs/hooks.py as mkdocs loads it (its sibling ``page_checks`` importable)."""
+    _load(ROOT / "docs" / "page_checks.py", "page_checks")
+    return _load(ROOT / "docs" / "hooks.py", "docs_hooks")
+
+
 def test_every_public_module_has_an_api_page():
-    hooks = _load(ROOT / "docs" / "hooks.py", "docs_hooks")
+    hooks = _hooks()
     pages = hooks.api_pages()
     modules = []
     for pkg in ("cbm", "synthetic"):
@@ -271,6 +277,40 @@ def test_yaml_blocks_parse():
             assert isinstance(doc, dict), (b["page"], b["line"])
             n += 1
     assert n >= 2
+
+
+def test_no_page_has_a_defect_the_browser_shows():
+    checks = _load(ROOT / "docs" / "page_checks.py", "page_checks")
+    found = [p for page in sorted((ROOT / "docs").rglob("*.md"))
+             for p in checks.problems(page.relative_to(ROOT / "docs").as_posix(), page.read_text())]  # fmt: skip
+    assert not found, "\n".join(found)
+
+
+def test_each_page_check_finds_its_defect_and_only_it():
+    checks = _load(ROOT / "docs" / "page_checks.py", "page_checks")
+    tags = checks.unknown_tags("Is <name> true for this <subject>?\n\n`<name>` <br> <https://a.b> <img src='x.png'> a < b\n")
+    assert [t.split(":")[0] for t in tags] == ["line 1", "line 1"] and "'<name>'" in tags[0] and "'<subject>'" in tags[1]
+    assert checks.unknown_tags("```\n<name>\n```\n<!-- <x> -->\n") == []
+    assert len(checks.escaped_pipes("| `a\\|b` | c \\| d |\n| `x|y` |\n")) == 1
+    table = "| a | b |\n|---|---|\n"
+    assert checks.empty_tables(table + "\ntext\n") == ["line 2: a table with no rows"]
+    assert checks.empty_tables(table + "| 1 | 2 |\n") == [] and checks.empty_tables(table) == ["line 2: a table with no rows"]
+    n = checks.MAX_WORDS_WITHOUT_H2
+    assert checks.missing_h2("w " * n) == [] and len(checks.missing_h2("w " * (n + 1))) == 1
+    assert checks.missing_h2("## A\n\n" + "w " * (n + 1)) == [] and len(checks.missing_h2("### A\n\n" + "w " * (n + 1))) == 1
+    assert checks.problems("guides/x.md", "# X\n\ntext\n") == ["guides/x.md: links to no other page (add a 'See also')"]
+    assert checks.problems("guides/x.md", "# X\n\nSee [train](train.md#a).\n") == []
+    assert checks.problems("index.md", "# X\n\ntext\n") == []
+
+
+def test_the_docs_build_warns_on_each_page_defect(caplog):
+    hooks = _hooks()
+    page = type("Page", (), {"file": type("File", (), {"src_uri": "guides/x.md"})()})()
+    with caplog.at_level("WARNING", logger="mkdocs"):
+        out = hooks.on_page_markdown("# X\n\nIs <name> true?\n", page, {}, None)
+    assert out == "# X\n\nIs <name> true?\n"
+    assert [r.name for r in caplog.records] == ["mkdocs.hooks.page_checks"] * 2
+    assert "'<name>'" in caplog.records[0].getMessage() and "links to no other page" in caplog.records[1].getMessage()
 
 
 def counts() -> dict[str, int]:

@@ -1,0 +1,91 @@
+"""Checks on the docs' Markdown that a strict build cannot make: what renders wrong in a browser.
+
+``docs/hooks.py`` runs :func:`problems` on every page while the site builds and logs each as a
+warning, so ``make docs`` (``mkdocs build --strict``) fails on it; ``tests/core/test_docs.py`` runs
+it on the sources. Each check is a defect once seen on the built site:
+
+- an HTML tag in prose that is not one we write on purpose (``Is <name> true?`` renders as
+  ``Is true?``: the browser eats ``<name>`` as an unknown tag);
+- ``\\|`` inside a code span (Python-Markdown's tables already keep a ``|`` inside backticks in its
+  cell, and inside a code span the backslash is printed);
+- a table with a header and no rows;
+- a page of more than :data:`MAX_WORDS_WITHOUT_H2` words without a level-2 heading (no page
+  contents to find one's way);
+- a guide that links to no other page.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Tags written on purpose in the Markdown (images, line breaks, collapsible blocks, keyboard keys).
+ALLOWED_TAGS = frozenset(
+    {"a", "img", "br", "details", "summary", "div", "span", "sup", "sub", "kbd", "figure", "figcaption", "p", "b", "i",
+     "em", "strong", "code", "pre", "small", "table", "thead", "tbody", "tr", "th", "td", "ul", "ol", "li"}
+)  # fmt: skip
+#: A page longer than this (words of prose) has at least one level-2 heading.
+MAX_WORDS_WITHOUT_H2 = 600
+
+FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])[^<>]*>")
+TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+PAGE_LINK = re.compile(r"\]\(([^)#\s]*\.md)(#[^)]*)?\)")
+
+
+def without_code_blocks(src: str) -> str:
+    """The page with its fenced blocks and HTML comments blanked (line numbers kept)."""
+    blank = lambda m: "\n" * m.group(0).count("\n")  # noqa: E731
+    return FENCE.sub(blank, COMMENT.sub(blank, src))
+
+
+def prose(src: str) -> str:
+    """The page's prose: fenced blocks, HTML comments and inline code spans removed."""
+    return CODE_SPAN.sub(" ", without_code_blocks(src))
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def unknown_tags(src: str) -> list[str]:
+    text = CODE_SPAN.sub(lambda m: " " * len(m.group(0)), without_code_blocks(src))
+    return [f"line {_line(text, m.start())}: {m.group(0)!r} is not HTML we write: the browser hides it "
+            "(put a placeholder in backticks)" for m in TAG.finditer(text) if m.group(1).lower() not in ALLOWED_TAGS]  # fmt: skip
+
+
+def escaped_pipes(src: str) -> list[str]:
+    text = without_code_blocks(src)
+    return [f"line {_line(text, m.start())}: `{m.group(2)}` shows a literal \\| (a | inside backticks is already "
+            "kept in its table cell)" for m in CODE_SPAN.finditer(text) if "\\|" in m.group(2)]  # fmt: skip
+
+
+def empty_tables(src: str) -> list[str]:
+    lines = without_code_blocks(src).splitlines()
+    out = []
+    for i, line in enumerate(lines[1:], start=1):
+        if TABLE_RULE.match(line) and "|" in lines[i - 1]:
+            following = lines[i + 1] if i + 1 < len(lines) else ""
+            if "|" not in following:
+                out.append(f"line {i + 1}: a table with no rows")
+    return out
+
+
+def missing_h2(src: str) -> list[str]:
+    words = len(prose(src).split())
+    if words > MAX_WORDS_WITHOUT_H2 and not re.search(r"^## ", without_code_blocks(src), re.M):
+        return [f"{words} words and no level-2 heading (one at least every ~400 words)"]
+    return []
+
+
+def no_links(src: str) -> list[str]:
+    return [] if PAGE_LINK.search(without_code_blocks(src)) else ["links to no other page (add a 'See also')"]
+
+
+def problems(path: str, src: str) -> list[str]:
+    """Every defect of the page at ``path`` (relative to docs/, ``/``-separated), one line each."""
+    found = unknown_tags(src) + escaped_pipes(src) + empty_tables(src) + missing_h2(src)
+    if path.startswith("guides/"):
+        found += no_links(src)
+    return [f"{path}: {p}" for p in found]
