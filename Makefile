@@ -7,7 +7,7 @@ PYTEST_WORKERS ?= 2
 TEST_SEED ?= $(shell h=$$(git rev-parse --short=7 HEAD 2>/dev/null) && echo $$((0x$$h)) || echo 1)
 RANDOM_ORDER = -p randomly -p no:cacheprovider --randomly-seed=$(TEST_SEED)
 
-.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-zoo gpu-check qlora-check gpu-wheels notebooks docs docs-screenshots docs-figures
+.PHONY: setup demo test test-fast test-stress lint bench gpu-all gpu-zoo gpu-check qlora-check gpu-wheels notebooks docs docs-serve docs-screenshots docs-figures
 
 setup: $(VENV)/.installed
 
@@ -43,10 +43,18 @@ test-stress: setup
 	PY=$(PY) TEST_SEED=$(TEST_SEED) bash tests/stress.sh
 
 ## The docs site (mkdocs.yml, docs/): built into site/ with --strict, so any warning (a broken link or
-## anchor, a docstring mkdocstrings cannot read) fails. The configuration reference is regenerated first.
+## anchor, a docstring mkdocstrings cannot read, a defect docs/page_checks.py finds) fails. The
+## configuration reference is regenerated first.
 docs: setup
 	$(PY) docs/gen_config_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+## Read the site: serve it on loopback only (http://127.0.0.1:$(DOCS_PORT)/), rebuilt on every save. Opened
+## from disk (site/index.html) its links show folder listings and search is off.
+DOCS_PORT ?= 8000
+docs-serve: setup
+	$(PY) docs/gen_config_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 ## Optional, not in CI: build the site, serve it on 127.0.0.1 and take headless Chromium screenshots
 ## (Debian's `chromium` package) of the index, a guide and the configuration reference into docs-screenshots/.
