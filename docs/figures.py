@@ -68,10 +68,10 @@ CHECK_COLOURS = {"row": "#d62728", "col": "#1f77b4", "box": "#ff7f0e"}
 
 #: Every figure: file name -> the pages that show it.
 FIGURES: dict[str, tuple[str, ...]] = {
-    "robots.png": ("index.md", "guides/data.md"),
-    "robot_concepts.png": ("guides/data.md",),
-    "robots_reference_vs_ours.png": ("guides/data.md",),
-    "sudoku_boards.png": ("index.md", "guides/data.md"),
+    "robots.png": ("index.md", "benchmarks.md", "guides/data.md"),
+    "robot_concepts.png": ("benchmarks.md", "guides/data.md"),
+    "robots_reference_vs_ours.png": ("benchmarks.md", "guides/data.md"),
+    "sudoku_boards.png": ("index.md", "benchmarks.md", "guides/data.md"),
     "intervention_curves.png": ("index.md", "guides/interventions.md"),
     "intervention_policies.png": ("guides/interventions.md",),
     "risk_coverage.png": ("guides/automation.md",),

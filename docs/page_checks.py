@@ -11,7 +11,9 @@ it on the sources. Each check is a defect once seen on the built site:
 - a table with a header and no rows;
 - a page of more than :data:`MAX_WORDS_WITHOUT_H2` words without a level-2 heading (no page
   contents to find one's way);
-- a guide that links to no other page.
+- a guide that links to no other page;
+- development history outside the changelog (``issue 15``, ``the issue's aim``) or a path into the
+  developers' workspace (``../shared/``) that a reader does not have.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ COMMENT = re.compile(r"<!--.*?-->", re.S)
 CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])[^<>]*>")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+HISTORY = re.compile(r"\b[Ii]ssues? \d+|\b[Tt]he issue\b|\.\./shared/")
 PAGE_LINK = re.compile(r"\]\(([^)#\s]*\.md)(#[^)]*)?\)")
 
 
@@ -83,9 +86,17 @@ def no_links(src: str) -> list[str]:
     return [] if PAGE_LINK.search(without_code_blocks(src)) else ["links to no other page (add a 'See also')"]
 
 
+def history(src: str) -> list[str]:
+    text = without_code_blocks(src)
+    return [f"line {_line(text, m.start())}: {m.group(0)!r}: development history belongs in the changelog, workspace "
+            "paths nowhere" for m in HISTORY.finditer(text)]  # fmt: skip
+
+
 def problems(path: str, src: str) -> list[str]:
     """Every defect of the page at ``path`` (relative to docs/, ``/``-separated), one line each."""
     found = unknown_tags(src) + escaped_pipes(src) + empty_tables(src) + missing_h2(src)
     if path.startswith("guides/"):
         found += no_links(src)
+    if path != "changelog.md":
+        found += history(src)
     return [f"{path}: {p}" for p in found]

@@ -301,6 +301,8 @@ def test_each_page_check_finds_its_defect_and_only_it():
     assert checks.problems("guides/x.md", "# X\n\ntext\n") == ["guides/x.md: links to no other page (add a 'See also')"]
     assert checks.problems("guides/x.md", "# X\n\nSee [train](train.md#a).\n") == []
     assert checks.problems("index.md", "# X\n\ntext\n") == []
+    assert [p.split(": ")[1] for p in checks.problems("speed.md", "As issue 15 measured; see ../shared/x; the issue's aim.\n")] == ["line 1"] * 3
+    assert checks.problems("changelog.md", "Fixed in issue 15.\n") == [] and checks.problems("a.md", "a host must issue a kernel\n") == []
 
 
 def test_the_docs_build_warns_on_each_page_defect(caplog):
