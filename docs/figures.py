@@ -70,8 +70,8 @@ CHECK_COLOURS = {"row": "#d62728", "col": "#1f77b4", "box": "#ff7f0e"}
 FIGURES: dict[str, tuple[str, ...]] = {
     "robots.png": ("index.md", "benchmarks.md", "guides/data.md"),
     "robot_concepts.png": ("benchmarks.md", "guides/data.md"),
-    "robots_reference_vs_ours.png": ("benchmarks.md", "guides/data.md"),
-    "sudoku_boards.png": ("index.md", "benchmarks.md", "guides/data.md"),
+    "robots_reference_vs_ours.png": ("benchmarks.md", "guides/renderers.md"),
+    "sudoku_boards.png": ("index.md", "benchmarks.md", "guides/sudoku-data.md"),
     "intervention_curves.png": ("index.md", "guides/interventions.md"),
     "intervention_policies.png": ("guides/interventions.md",),
     "risk_coverage.png": ("guides/automation.md",),
