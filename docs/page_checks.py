@@ -2,7 +2,8 @@
 
 ``docs/hooks.py`` runs :func:`problems` on every page while the site builds and logs each as a
 warning, so ``make docs`` (``mkdocs build --strict``) fails on it; ``tests/core/test_docs.py`` runs
-it on the sources. Each check is a defect once seen on the built site:
+it on the sources. Each check is a defect once seen on the built site, or a length that makes a page hard
+to read:
 
 - an HTML tag in prose that is not one we write on purpose (``Is <name> true?`` renders as
   ``Is true?``: the browser eats ``<name>`` as an unknown tag);
@@ -10,10 +11,17 @@ it on the sources. Each check is a defect once seen on the built site:
   cell, and inside a code span the backslash is printed);
 - a table with a header and no rows;
 - a page of more than :data:`MAX_WORDS_WITHOUT_H2` words without a level-2 heading (no page
-  contents to find one's way);
+  contents to find one's way), or a guide with a stretch that long between two (tables not counted);
 - a guide that links to no other page;
 - development history outside the changelog (``issue 15``, ``the issue's aim``) or a path into the
-  developers' workspace (``../shared/``) that a reader does not have.
+  developers' workspace (``../shared/``) that a reader does not have;
+- a guide of more than :data:`MAX_GUIDE_WORDS` words (a page nobody reads to the end: split it by topic);
+- a paragraph, a list item or a list written without blank lines between its items of more than
+  :data:`MAX_BLOCK_WORDS` words (a wall of text), outside the generated reference and the changelog;
+- a guide that does not start with what it is for and one command: prose, then a ``bash`` block,
+  before its first level-2 heading.
+
+Words are counted on :func:`prose`: fenced blocks, HTML comments and inline code left out, tables in.
 """
 
 from __future__ import annotations
@@ -27,11 +35,20 @@ ALLOWED_TAGS = frozenset(
 )  # fmt: skip
 #: A page longer than this (words of prose) has at least one level-2 heading.
 MAX_WORDS_WITHOUT_H2 = 600
+#: A guide (``guides/*.md``) longer than this (words of prose) is split by topic into pages.
+MAX_GUIDE_WORDS = 2500
+#: A paragraph or list item longer than this (words of prose) is split.
+MAX_BLOCK_WORDS = 150
+#: Long paragraphs kept on purpose, by their first characters: the Sudoku reproduction's own text on the
+#: concept-benchmark 0.4 tables page, rewritten by that work as its runs finish.
+LONG_BLOCKS_KEPT = ("Ours (`cbm-experiment +experiment=paper_v04_sudoku",)
 
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 TAG = re.compile(r"</?([A-Za-z][A-Za-z0-9-]*)(?=[\s/>])[^<>]*>")
+TABLE_ROW = re.compile(r"^\s*\|.*$", re.M)
+HEADING = re.compile(r"^#+ .*$", re.M)
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 HISTORY = re.compile(r"\b[Ii]ssues? \d+|\b[Tt]he issue\b|\.\./shared/")
 PAGE_LINK = re.compile(r"\]\(([^)#\s]*\.md)(#[^)]*)?\)")
@@ -82,8 +99,59 @@ def missing_h2(src: str) -> list[str]:
     return []
 
 
+def long_sections(src: str) -> list[str]:
+    """Stretches of a page with level-2 headings (before the first, between two, after the last) of more than
+    :data:`MAX_WORDS_WITHOUT_H2` words, headings and table rows not counted (a table is found by its heading, not read
+    through)."""
+    text = without_code_blocks(src)
+    starts = [m.start() for m in re.finditer(r"^## ", text, re.M)]
+    out = []
+    for a, b in zip([0, *starts], [*starts, len(text)]) if starts else []:
+        words = len(HEADING.sub(" ", TABLE_ROW.sub(" ", CODE_SPAN.sub(" ", text[a:b]))).split())
+        if words > MAX_WORDS_WITHOUT_H2:
+            out.append(f"line {_line(text, a)}: {words} words up to the next level-2 heading (at most "
+                       f"{MAX_WORDS_WITHOUT_H2}, tables not counted: one at least every ~400 words)")  # fmt: skip
+    return out
+
+
 def no_links(src: str) -> list[str]:
     return [] if PAGE_LINK.search(without_code_blocks(src)) else ["links to no other page (add a 'See also')"]
+
+
+def long_guide(src: str) -> list[str]:
+    words = len(prose(src).split())
+    return [f"{words} words of prose (at most {MAX_GUIDE_WORDS}: split it by topic into pages)"] if words > MAX_GUIDE_WORDS else []
+
+
+def long_blocks(src: str) -> list[str]:
+    """Paragraphs and list items (a list without blank lines between its items counts whole) over
+    :data:`MAX_BLOCK_WORDS` words; table rows and headings are not counted."""
+    out, lines, start = [], [], 0
+    for i, line in enumerate([*without_code_blocks(src).splitlines(), ""], start=1):
+        if line.strip() and not line.lstrip().startswith(("|", "#")):
+            start = start or i
+            lines.append(line)
+            continue
+        text = "\n".join(lines).strip()
+        words = len(CODE_SPAN.sub(" ", text).split())
+        if words > MAX_BLOCK_WORDS and not text.startswith(LONG_BLOCKS_KEPT):
+            out.append(f"line {start}: a paragraph or list of {words} words (at most {MAX_BLOCK_WORDS}: split it, "
+                       "shorten its sentences, or put blank lines between its items)")  # fmt: skip
+        lines, start = [], 0
+    return out
+
+
+def no_intro(src: str) -> list[str]:
+    """A guide starts with what it is for (prose) and one command (a ``bash`` block) before its first ``## ``."""
+    blanked = without_code_blocks(src)
+    h2 = re.search(r"^## ", blanked, re.M)
+    head = src.splitlines()[: _line(blanked, h2.start()) - 1 if h2 else None]
+    fences = [i for i, line in enumerate(head) if line.startswith("```")]
+    bash = [i for i in fences if head[i].startswith("```bash")]
+    said = [i for i, line in enumerate(head) if line.strip() and not line.startswith("#") and (not fences or i < fences[0])]
+    if not bash:
+        return ["no ```bash block before the first level-2 heading (start with what the page is for and one command)"]
+    return [] if said and said[0] < bash[0] else ["starts with a code block: say first, in a sentence or two, what the page is for"]
 
 
 def history(src: str) -> list[str]:
@@ -96,7 +164,9 @@ def problems(path: str, src: str) -> list[str]:
     """Every defect of the page at ``path`` (relative to docs/, ``/``-separated), one line each."""
     found = unknown_tags(src) + escaped_pipes(src) + empty_tables(src) + missing_h2(src)
     if path.startswith("guides/"):
-        found += no_links(src)
+        found += no_links(src) + long_guide(src) + no_intro(src) + long_sections(src)
     if path != "changelog.md":
         found += history(src)
+    if path != "changelog.md" and not path.startswith("reference/"):
+        found += long_blocks(src)
     return [f"{path}: {p}" for p in found]

@@ -298,11 +298,36 @@ def test_each_page_check_finds_its_defect_and_only_it():
     n = checks.MAX_WORDS_WITHOUT_H2
     assert checks.missing_h2("w " * n) == [] and len(checks.missing_h2("w " * (n + 1))) == 1
     assert checks.missing_h2("## A\n\n" + "w " * (n + 1)) == [] and len(checks.missing_h2("### A\n\n" + "w " * (n + 1))) == 1
-    assert checks.problems("guides/x.md", "# X\n\ntext\n") == ["guides/x.md: links to no other page (add a 'See also')"]
-    assert checks.problems("guides/x.md", "# X\n\nSee [train](train.md#a).\n") == []
+    intro = "# X\n\nWhat it is for.\n\n```bash\ncbm-train\n```\n\n"
+    assert checks.problems("guides/x.md", intro + "text\n") == ["guides/x.md: links to no other page (add a 'See also')"]
+    assert checks.problems("guides/x.md", intro + "See [train](train.md#a).\n") == []
     assert checks.problems("index.md", "# X\n\ntext\n") == []
     assert [p.split(": ")[1] for p in checks.problems("speed.md", "As issue 15 measured; see ../shared/x; the issue's aim.\n")] == ["line 1"] * 3
     assert checks.problems("changelog.md", "Fixed in issue 15.\n") == [] and checks.problems("a.md", "a host must issue a kernel\n") == []
+    w = checks.MAX_GUIDE_WORDS  # a guide's prose words: code blocks and inline code not counted
+    assert checks.long_guide("w " * w + "\n```\n" + "x " * 9 + "\n```\n`y z`\n") == [] and len(checks.long_guide("w " * (w + 1))) == 1
+    body = ("## S\n\n" + ("w " * 100 + "\n\n") * 4) * 7  # 2,800 words in short paragraphs under headings
+    assert [p.split(" words ")[1] for p in checks.problems("guides/x.md", intro + "[a](a.md)\n\n" + body)] == ["of prose (at most 2500: split it by topic into pages)"]
+    assert checks.problems("x.md", body) == []
+    b = checks.MAX_BLOCK_WORDS  # a paragraph, a list item, or a list without blank lines between its items
+    assert checks.long_blocks("w " * b + "\n\n" + "w " * b + "\n") == []
+    assert [p.split(": a paragraph or list of ")[0] for p in checks.long_blocks("# T\n\n" + "w " * (b + 1))] == ["line 3"]
+    tight, loose = "".join(f"- {'w ' * 60}\n" for _ in range(3)), "\n".join(f"- {'w ' * 60}\n" for _ in range(3))
+    assert [p.split(" words")[0] for p in checks.long_blocks("x\n\n" + tight)] == ["line 3: a paragraph or list of 183"]
+    assert checks.long_blocks(loose) == [] and checks.long_blocks(checks.LONG_BLOCKS_KEPT[0] + " w" * b) == []
+    not_prose = "| " + "w " * b + "|\n|---|\n| x |\n\n```\n" + "w " * b + "\n```\n\n`" + "w " * b + "` w\n"
+    assert checks.long_blocks(not_prose) == []
+    long = "w " * (b + 1)
+    assert len(checks.problems("index.md", long)) == 1 and checks.problems("reference/configuration.md", long) == checks.problems("changelog.md", long) == []
+    # a guide starts with what it is for and a bash block, before its first level-2 heading
+    assert checks.no_intro(intro + "## A\n") == [] and checks.no_intro("# X\n\nText.\n\n```bash\n## a comment\ncbm-train\n```\n") == []
+    assert checks.no_intro("# X\n\nText.\n\n```python\nx = 1\n```\n\n## A\n\n```bash\ncbm-train\n```\n")[0].startswith("no ```bash block")
+    assert checks.no_intro("# X\n\n```bash\ncbm-train\n```\n\nText.\n\n## A\n")[0].startswith("starts with a code block")
+    assert checks.problems("index.md", "# X\n\n## A\n") == []
+    # a guide's level-2 headings come at least every MAX_WORDS_WITHOUT_H2 words, tables not counted
+    assert checks.long_sections("## A\n\n" + "w " * n + "\n## B\n\n" + "w " * n) == [] and checks.long_sections("w " * (n + 1)) == []
+    assert [p.split(":")[0] for p in checks.long_sections("w\n\n## A\n\n" + "w " * (n + 1))] == ["line 3"]
+    assert checks.long_sections("## A\n\n| " + "w " * (n + 1) + "|\n|---|\n| x |\n") == []
 
 
 def test_the_docs_build_warns_on_each_page_defect(caplog):
@@ -311,8 +336,9 @@ def test_the_docs_build_warns_on_each_page_defect(caplog):
     with caplog.at_level("WARNING", logger="mkdocs"):
         out = hooks.on_page_markdown("# X\n\nIs <name> true?\n", page, {}, None)
     assert out == "# X\n\nIs <name> true?\n"
-    assert [r.name for r in caplog.records] == ["mkdocs.hooks.page_checks"] * 2
+    assert [r.name for r in caplog.records] == ["mkdocs.hooks.page_checks"] * 3
     assert "'<name>'" in caplog.records[0].getMessage() and "links to no other page" in caplog.records[1].getMessage()
+    assert "no ```bash block before the first level-2 heading" in caplog.records[2].getMessage()
 
 
 def counts() -> dict[str, int]:
