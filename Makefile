@@ -57,9 +57,11 @@ docs-serve: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
 
 ## Optional, not in CI: build the site, serve it on 127.0.0.1 and take headless Chromium screenshots
-## (Debian's `chromium` package) of the index, a guide and the configuration reference into docs-screenshots/.
+## (Debian's `chromium` package) of the index, the Benchmarks page, five guides, the references and a
+## search into docs-screenshots/ (SHOT_SIZE=400,900: a phone's width).
+SHOT_SIZE ?= 1400,1000
 docs-screenshots: docs
-	$(PY) docs/screenshots.py --out docs-screenshots
+	$(PY) docs/screenshots.py --out docs-screenshots --size $(SHOT_SIZE)
 
 ## Redraw the docs' figures (docs/img/*.png) from the generators, short training runs and the project's plotting
 ## code: docs/figures.py (about 7 minutes on 2 busy cores; ARGS=--smoke: tiny sizes, ~25 s, into ARGS=--out DIR).

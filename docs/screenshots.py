@@ -4,7 +4,7 @@ Builds the site (``mkdocs build --strict``), serves ``site/`` on 127.0.0.1 with 
 http.server`` and drives headless Chromium (Debian's ``chromium`` package: ``apt-get install -y
 chromium``) over the DevTools protocol on a pipe: each page is loaded, the script waits until the
 page says it is ready (the search: until its worker has answered) and saves a screenshot of the
-index, two guides, the configuration reference, the API pages and a search into ``--out``::
+index, the Benchmarks page, five guides (train, interventions, experiments, EDCT, zoo), the configuration reference, the API pages and a search into ``--out``::
 
     python docs/screenshots.py --out docs-screenshots     # or: make docs-screenshots
 """
@@ -34,8 +34,12 @@ SEARCHED = "(document.querySelector('.md-search-result__meta') || {}).textConten
 #: (file name, page under the site root, readiness expression).
 PAGES = [
     ("index.png", "", LOADED),
+    ("benchmarks.png", "benchmarks/", LOADED),
+    ("guide-train.png", "guides/train/", LOADED),
     ("guide-interventions.png", "guides/interventions/", LOADED),
     ("guide-experiments.png", "guides/experiments/", LOADED),
+    ("guide-edct.png", "guides/edct/", LOADED),
+    ("guide-zoo.png", "guides/zoo/", LOADED),
     ("configuration.png", "reference/configuration/", LOADED),
     ("api-index.png", "reference/api/", LOADED),
     ("api-module.png", "reference/api/cbm.interventions.engine/", LOADED),
