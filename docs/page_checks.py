@@ -39,9 +39,6 @@ MAX_WORDS_WITHOUT_H2 = 600
 MAX_GUIDE_WORDS = 2500
 #: A paragraph or list item longer than this (words of prose) is split.
 MAX_BLOCK_WORDS = 150
-#: Long paragraphs kept on purpose, by their first characters: the Sudoku reproduction's own text on the
-#: concept-benchmark 0.4 tables page, rewritten by that work as its runs finish.
-LONG_BLOCKS_KEPT = ("Ours (`cbm-experiment +experiment=paper_v04_sudoku",)
 
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -134,7 +131,7 @@ def long_blocks(src: str) -> list[str]:
             continue
         text = "\n".join(lines).strip()
         words = len(CODE_SPAN.sub(" ", text).split())
-        if words > MAX_BLOCK_WORDS and not text.startswith(LONG_BLOCKS_KEPT):
+        if words > MAX_BLOCK_WORDS:
             out.append(f"line {start}: a paragraph or list of {words} words (at most {MAX_BLOCK_WORDS}: split it, "
                        "shorten its sentences, or put blank lines between its items)")  # fmt: skip
         lines, start = [], 0
