@@ -286,6 +286,16 @@ def test_no_page_has_a_defect_the_browser_shows():
     assert not found, "\n".join(found)
 
 
+def test_search_finds_config_words_and_the_reproduction_page():
+    """The site search splits words as mkdocs.yml's separator says (lunr, in the browser): words inside
+    config keys and paths are words, and the reproduction page is titled with the word people search for."""
+    conf = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)  # its !!python tags stay text
+    search = next(p["search"] for p in conf["plugins"] if isinstance(p, dict) and "search" in p)
+    words = [w for w in re.split(search["separator"], "conf/client/{openai,openrouter,local}.yaml client@vlm=openrouter `cbm-edct`") if w]
+    assert words == ["conf", "client", "openai", "openrouter", "local", "yaml", "client", "vlm", "openrouter", "cbm", "edct"]
+    assert (ROOT / "docs" / "REPRODUCE.md").read_text().startswith("# Reproduce the papers\n")
+
+
 def test_each_page_check_finds_its_defect_and_only_it():
     checks = _load(ROOT / "docs" / "page_checks.py", "page_checks")
     tags = checks.unknown_tags("Is <name> true for this <subject>?\n\n`<name>` <br> <https://a.b> <img src='x.png'> a < b\n")
