@@ -334,7 +334,13 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         assert any(c.startswith("Gain k=") for c in report["interventions"][1]) and (root / "interventions.csv").is_file()
         assert list((root / "figures").glob("accuracy_vs_k_*.png"))
     if report["automation"]:
-        assert {"NWA %", "coverage %"} <= set(report["automation"][0]) and list((root / "figures").glob("automation_*.png"))
+        rows = report["automation"]
+        assert all({"NWA %", "coverage %"} <= set(r) for r in rows)
+        # a number, or n/a with the calibration's reason (a smoke-size model may reach no threshold at the
+        # target on 20 calibration boards: the 0.4 Sudoku smoke's does on some handwritings)
+        assert all(r["coverage %"] != "n/a" or r.get("note", "").startswith("plugin calibration: no threshold reaches") for r in rows), rows
+        if any(r["coverage %"] != "n/a" for r in rows):  # a figure whenever there is a coverage to draw
+            assert list((root / "figures").glob("automation_*.png"))
     if report["interventions"]:  # the diagnostics: the per-concept figure of every setting at least
         assert "## Diagnostics" in (root / "report.md").read_text() and list((root / "figures").glob("diag_per_concept_*.png"))
         assert "could not be drawn" not in (root / "report.md").read_text()
