@@ -63,4 +63,6 @@ def data_info(data: SyntheticData, cfg: Any) -> dict[str, Any]:
         "class_names": list(data.class_names),
         "vocab_size": len(data.info.get("vocab", [])),
         "data_hash": config_hash(asdict(cfg)),
+        "concept_groups": dict(data.info.get("concept_types", {}).get("groups", {})),
+        "continuous_concepts": list(data.info.get("concept_types", {}).get("continuous", [])),
     }

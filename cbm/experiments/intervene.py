@@ -86,7 +86,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     import torch
 
     from cbm.interventions.context import BuildContext
-    from cbm.interventions.costs import as_budget, cost_vector
+    from cbm.interventions.costs import budget_total, cost_vector
     from cbm.interventions.encodings import fit_levels
     from cbm.interventions.engine import blackbox_accuracy
     from cbm.interventions.evaluate import resolve_ks
@@ -107,7 +107,8 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     allowed = concept_indices(c.concepts, names)
     costs = cost_vector(names, c.costs.concepts)
     requestable = list(allowed if allowed is not None else range(len(names)))
-    ks = resolve_ks(c.ks, len(requestable) if costs is None else as_budget(costs[requestable].sum()))
+    unit_of = model.types.unit_of if model.types.groups else None  # a categorical concept is asked once
+    ks = resolve_ks(c.ks, budget_total(costs, requestable, unit_of))
     ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, costs=None if costs is None else costs.tolist(),
                        labels=lambda: dm.split("train").tensors["c"],
                        describe=text_describer(dm), model=model, validation=lambda: dm.whole("val"))  # fmt: skip

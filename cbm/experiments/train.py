@@ -186,7 +186,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     )
     model = build_model(model_cfg, data_info(data, data_cfg), as_dict(data_cfg))
     model.check_data(data)  # before the run directory is used: a refusal leaves nothing behind
-    oracle_ks = resolve_ks(train_cfg.interventions.ks, model.n_concepts) if model.has_concepts else []  # a bad budget: refused before training
+    oracle_ks = resolve_ks(train_cfg.interventions.ks, model.types.n_units) if model.has_concepts else []  # a bad budget: refused before training; a categorical concept is one
     if t.compile:
         model.backbone.compile()
     job = hydra_job()

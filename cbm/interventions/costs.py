@@ -76,10 +76,11 @@ def cost_vector(names: Sequence[str], spec: Mapping[str, Any] | None) -> Tensor 
     return None if costs is None else torch.tensor(costs, dtype=torch.float32)
 
 
-def within_budget(priority: Tensor, costs: Tensor, budget: float) -> Tensor:
+def within_budget(priority: Tensor, costs: Tensor, budget: float, unit_of: Tensor | None = None) -> Tensor:
     """Bool ``[B,m]``: concepts taken in decreasing ``priority`` while they fit ``budget``
-    (``-inf``: never taken); one that does not fit is skipped. A loop over the ``m`` ranks,
-    vectorised over the batch."""
+    (``-inf``: never taken); one that does not fit is skipped. ``unit_of`` (``long [m]``, typed
+    concepts): a column whose unit (categorical concept) was asked already is not asked again, the
+    answer covers it. A loop over the ``m`` ranks, vectorised over the batch."""
     import torch
 
     order = priority.argsort(dim=1, descending=True, stable=True)
@@ -87,11 +88,26 @@ def within_budget(priority: Tensor, costs: Tensor, budget: float) -> Tensor:
     cost = costs.to(priority.device, torch.float64)[order]
     spent = torch.zeros(priority.shape[0], dtype=torch.float64, device=priority.device)
     take = torch.zeros_like(priority, dtype=torch.bool)
+    unit = None if unit_of is None else unit_of.to(priority.device)[order]  # [B, m]
+    asked = None if unit_of is None else torch.zeros(priority.shape[0], int(unit_of.max()) + 1, dtype=torch.bool, device=priority.device)
     for j in range(priority.shape[1]):
         t = (ranked[:, j] > float("-inf")) & (spent + cost[:, j] <= budget + EPS)
+        if asked is not None:
+            t &= ~asked.gather(1, unit[:, j : j + 1]).squeeze(1)
+            asked.scatter_(1, unit[:, j : j + 1], t[:, None] | asked.gather(1, unit[:, j : j + 1]))
         spent += t * cost[:, j]
         take[:, j] = t
     return torch.zeros_like(take).scatter_(1, order, take)
+
+
+def budget_total(costs: Tensor | None, requestable: list[int], unit_of: Tensor | None = None) -> float | int:
+    """What asking every requestable concept takes: their number (a categorical concept counted once)
+    without costs, else the sum of their costs (a categorical concept at its dearest value)."""
+    units: dict[int, float] = {}
+    for j in requestable:
+        u = j if unit_of is None else int(unit_of[j])
+        units[u] = max(units.get(u, 0.0), 1.0 if costs is None else float(costs[j]))
+    return len(units) if costs is None else as_budget(sum(units.values()))
 
 
 def priority(policy: Any, model: Any, state: ConceptState, costs: Tensor, per_cost: bool = True) -> Tensor:

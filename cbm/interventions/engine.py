@@ -39,6 +39,7 @@ from cbm.interventions.encodings import encode_values
 from cbm.interventions.hierarchy import Implications
 from cbm.interventions.interveners.base import THRESHOLD, Batch, Intervener, true_concepts
 from cbm.interventions.policies.base import Policy
+from cbm.models.concept_types import expand
 from cbm.models.devices import model_device, to_device  # noqa: F401 (the engine's callers import them from here too)
 
 #: Columns of ``results.csv`` (and the keys of each row).
@@ -276,6 +277,10 @@ def run_grid(
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
     ks = list(dict.fromkeys(as_budget(k) if costs is not None else int(k) for k in ks))
+    types = getattr(model, "types", None)
+    # typed concepts: asking one value of a categorical concept asks the concept (one request, one
+    # cost; every column of it answered); budgets are filled through the policies' rankings
+    unit_of = types.unit_of if types is not None and types.groups else None
     if any(k < 0 for k in ks):
         raise ValueError(f"intervention budgets must be >= 0, got {ks}")
     if not interveners or not policies:
@@ -309,19 +314,20 @@ def run_grid(
         for pname in policies:
             t0 = time.perf_counter()
             shared = {id(pk) for pk in pol[pname].values()}
-            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare_batch") and costs is None:
+            if len(shared) == 1 and hasattr(pol[pname][ks[0]], "prepare_batch") and costs is None and unit_of is None:
                 pol[pname][ks[0]].prepare_batch(model, state, [k for k in ks if k > 0])
             masks, ranks = {}, {}
             for k in ks:
                 if k == 0:
                     masks[k] = torch.zeros_like(state.probs, dtype=torch.bool)
-                elif costs is None:
+                elif costs is None and unit_of is None:
                     masks[k] = _check_mask(pol[pname][k].select(model, state, k), state, k, pname)
                 else:
                     pk = pol[pname][k]
+                    unit_costs = costs if costs is not None else torch.ones(state.n_concepts)
                     if id(pk) not in ranks:  # a shared (deterministic) policy ranks once per batch
-                        ranks[id(pk)] = priority(pk, model, state, costs, per_cost)
-                    masks[k] = _check_mask(within_budget(ranks[id(pk)], costs, k), state, k, pname, costs)
+                        ranks[id(pk)] = priority(pk, model, state, unit_costs, per_cost)
+                    masks[k] = _check_mask(within_budget(ranks[id(pk)], unit_costs, k, unit_of), state, k, pname, costs)
             t_policy = (time.perf_counter() - t0) / len(ks)
             for k, mask in masks.items():
                 n_req = mask.sum(1)
@@ -332,19 +338,20 @@ def run_grid(
                     t1 = time.perf_counter()
                     c = (iname, pname, k)
                     values = None
+                    answered = mask if unit_of is None else expand(mask, unit_of)
                     if bool(mask.any()):
-                        values = intervener(batch, state, mask)
-                        set_mask, set_values = implications.propagate(mask, values) if propagate and implications is not None else (mask, values)
+                        values = intervener(batch, state, answered)
+                        set_mask, set_values = implications.propagate(answered, values) if propagate and implications is not None else (answered, values)
                         pred = model.predict(model.intervene(state, set_mask, encode_values(set_values, encoding))).argmax(1)
                     else:
                         pred = base_pred
                     if stats_ok:
-                        counter.add(c, mask, values)
+                        counter.add(c, answered, values)
                     acc[c].update(pred, y)
                     seconds[c] += t_policy + time.perf_counter() - t1
                     if per_example:
                         out = keep[c]
-                        for key, v in (("mask", mask), ("pred", pred), ("y", y), ("n_requested", n_req)):
+                        for key, v in (("mask", answered), ("pred", pred), ("y", y), ("n_requested", n_req)):
                             out.setdefault(key, []).append(v.cpu())
                         if "idx" in batch:
                             out.setdefault("idx", []).append(batch["idx"].cpu())

@@ -20,6 +20,7 @@ from torchmetrics.classification import BinaryAccuracy, BinaryAUROC, MulticlassA
 
 from cbm.core.validation import ConfigError, to_dataclass
 from cbm.models.backbones import build_backbone, mlp
+from cbm.models.concept_types import ConceptTypes
 from cbm.models.config import DataInfo, HeadConfig, ModelConfig, settings_of
 from cbm.models.hooks import InterventionHooks
 from cbm.models.metrics import MeanConceptF1
@@ -98,6 +99,13 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             keep[self.info.concept_names.index(name)] = 0.0
         #: Alignment constraint mask: 0 removes a concept's contribution to the head.
         self.register_buffer("concept_keep", keep)
+        #: Binary, categorical and continuous concept columns (:mod:`cbm.models.concept_types`).
+        self.types = ConceptTypes.of(self.info)
+        if self.types.typed and self.has_concepts and not self.supports_typed_concepts:
+            raise ConfigError(
+                f"model {self.cfg.name}: the data has typed concepts (categorical {sorted(self.info.concept_groups)}, "
+                f"continuous {self.info.continuous_concepts}); only cbm, cem and probcbm read them (use a binary concept set)"
+            )
         if self.cfg.monotonicity and not self.supports_monotonicity:
             raise ConfigError(f"model.monotonicity: sign constraints apply to the CBM's linear label predictor, not to {self.cfg.name}")
         self.build()
@@ -179,12 +187,18 @@ class ConceptModel(L.LightningModule, InterventionHooks):
 
     #: Whether ``model.monotonicity`` (sign constraints on a linear label predictor) applies.
     supports_monotonicity = False
+    #: Whether the architecture reads categorical and continuous concepts (:attr:`types`): its
+    #: probabilities come from ``self.types.activate`` and its loss from ``concept_loss``.
+    supports_typed_concepts = False
 
     def check_data(self, data) -> None:
         """Refuse (``ConfigError``) a dataset this model cannot train on, before training starts."""
 
     def concept_loss(self, state: ConceptState, c: Tensor, observed: Tensor | None = None) -> Tensor:
-        """Mean BCE over the annotated entries (``observed``: 1 where annotated; ``None``: all)."""
+        """Mean BCE over the annotated entries (``observed``: 1 where annotated; ``None``: all); typed
+        concepts: each column's own loss, a group counted once (:meth:`ConceptTypes.loss`)."""
+        if self.types.typed:
+            return self.types.loss(state.logits, c, observed)
         return masked_mean(F.binary_cross_entropy_with_logits(state.logits, c, reduction="none"), observed)
 
     def compute_losses(self, batch: Batch) -> tuple[dict[str, Tensor], ConceptState, Tensor]:
@@ -214,8 +228,11 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             # parameters, and the downstream losses dragged them off (Sudoku CEM: hint accuracy 80%,
             # below the 86% of the majority value, concepts at chance)
             hint_logits = hint(state.extras["features"])
-            hint_bce = F.binary_cross_entropy_with_logits(hint_logits, batch["c"].to(hint_logits), reduction="none")
-            losses["hint_loss"] = masked_mean(hint_bce, observed)
+            if self.types.typed:
+                losses["hint_loss"] = self.types.loss(hint_logits, batch["c"], observed)
+            else:
+                hint_bce = F.binary_cross_entropy_with_logits(hint_logits, batch["c"].to(hint_logits), reduction="none")
+                losses["hint_loss"] = masked_mean(hint_bce, observed)
             total = total + self.cfg.concept_loss_weight * losses["hint_loss"]
         for name, value in self.extra_losses(batch, state, y_logits).items():
             losses[name] = value
@@ -239,10 +256,14 @@ class ConceptModel(L.LightningModule, InterventionHooks):
             "task_acc": MulticlassAccuracy(num_classes=max(self.n_classes, 2), average="micro"),
             "task_loss": MeanMetric(),
         }
-        if self.has_concepts:
+        if self.has_concepts:  # over the 0/1 columns; continuous ones by their squared error
             metrics["concept_acc"] = BinaryAccuracy()
             metrics["concept_auroc"] = BinaryAUROC()
-            metrics["concept_f1"] = MeanConceptF1(self.n_concepts)
+            metrics["concept_f1"] = MeanConceptF1(len(self.types.binary))
+            if self.types.groups:  # the categorical concepts' value (argmax, "none" included) read right
+                metrics["concept_group_acc"] = MeanMetric()
+            if self.types.continuous:
+                metrics["concept_mse"] = MeanMetric()
         return MetricCollection(metrics, prefix=f"{stage}/", compute_groups=False)
 
     def _eval_step(self, batch: Batch, stage: str) -> None:
@@ -257,11 +278,19 @@ class ConceptModel(L.LightningModule, InterventionHooks):
         metrics["task_acc"].update(y_logits, y)
         metrics["task_loss"].update(F.cross_entropy(y_logits.float(), y), weight=len(y))
         if self.has_concepts:
-            c = batch["c"].flatten().long()
-            p = state.probs.flatten().float()
+            binary = self.types.binary if self.types.continuous else slice(None)
+            c = batch["c"][:, binary].flatten().long()
+            p = state.probs[:, binary].flatten().float()
             metrics["concept_acc"].update(p, c)
             metrics["concept_auroc"].update(p, c)
-            metrics["concept_f1"].update(state.probs, batch["c"], batch.get("c_observed"))
+            observed = batch.get("c_observed")
+            metrics["concept_f1"].update(state.probs[:, binary], batch["c"][:, binary], None if observed is None else observed[:, binary])
+            if self.types.groups:
+                metrics["concept_group_acc"].update(self.types.group_accuracy(state.probs, batch["c"]).float().mean(1), weight=len(y))
+            if self.types.continuous:
+                cont = list(self.types.continuous)
+                sq = (state.probs[:, cont].float() - batch["c"][:, cont].float()).pow(2).mean(1)
+                metrics["concept_mse"].update(sq, weight=len(y))
         self.log_dict(metrics, on_step=False, on_epoch=True, prog_bar=stage == "val", batch_size=len(y))
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:

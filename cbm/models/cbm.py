@@ -38,6 +38,7 @@ def make_concept_layer(backbone: nn.Module, n_concepts: int) -> nn.Module:
 
 class CBM(ConceptModel):
     supports_monotonicity = True
+    supports_typed_concepts = True
 
     def build(self) -> None:
         self.concept_layer = make_concept_layer(self.backbone, self.n_concepts)
@@ -56,7 +57,7 @@ class CBM(ConceptModel):
     def encode(self, x: Tensor) -> ConceptState:
         features = self.backbone(x)
         logits = self.concept_layer(features)
-        return ConceptState(logits=logits, probs=torch.sigmoid(logits), extras={"features": features})
+        return ConceptState(logits=logits, probs=self.types.activate(logits), extras={"features": features})
 
     def readout(self, probs: Tensor) -> Tensor:
         """What the head reads of the concept probabilities: themselves (``soft``) or ``1[p >= 0.5]``

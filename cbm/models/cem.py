@@ -32,6 +32,7 @@ class CEM(ConceptModel):
 
     config_cls = CEMConfig
     cfg: CEMConfig
+    supports_typed_concepts = True
 
     def build(self) -> None:
         m, k = self.n_concepts, self.cfg.emb_size
@@ -49,7 +50,7 @@ class CEM(ConceptModel):
         c_pos, c_neg = ctx.chunk(2, dim=-1)
         return ConceptState(
             logits=logits,
-            probs=torch.sigmoid(logits),
+            probs=self.types.activate(logits),
             extras={"features": features, "c_pos": c_pos, "c_neg": c_neg},
         )
 

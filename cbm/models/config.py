@@ -490,6 +490,12 @@ class DataInfo:
     vocab_size: int = 0
     #: Fingerprint of the data config, so a checkpoint of another dataset is refused.
     data_hash: str = ""
+    #: Categorical concepts, ``{name: [its value columns]}`` (at most one column 1 per example; a model
+    #: reads them as one softmax and an intervention reveals the whole group); see
+    #: :mod:`cbm.models.concept_types`.
+    concept_groups: dict[str, list[str]] = field(default_factory=dict)
+    #: Continuous concepts' columns (values in [0, 1], fitted with a squared error).
+    continuous_concepts: list[str] = field(default_factory=list)
 
     @property
     def n_concepts(self) -> int:

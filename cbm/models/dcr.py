@@ -46,6 +46,7 @@ class DCR(CEM):
 
     config_cls = DCRConfig
     cfg: DCRConfig
+    supports_typed_concepts = False  # its rules read each concept as a truth value
 
     def build(self) -> None:
         m, k, h, c = self.n_concepts, self.cfg.emb_size, self.cfg.rule_hidden, self.n_classes

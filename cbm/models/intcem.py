@@ -39,6 +39,7 @@ class IntCEM(CEM):
 
     config_cls = IntCEMConfig
     cfg: IntCEMConfig
+    supports_typed_concepts = False  # its rollouts and policy assume binary concepts
 
     def build(self) -> None:
         super().build()

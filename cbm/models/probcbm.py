@@ -69,6 +69,7 @@ class ProbCBM(ConceptModel):
 
     config_cls = ProbCBMConfig
     cfg: ProbCBMConfig
+    supports_typed_concepts = True
 
     def build(self) -> None:
         m, d, cfg = self.n_concepts, self.cfg.emb_size, self.cfg
@@ -114,7 +115,7 @@ class ProbCBM(ConceptModel):
 
     def concept_probs(self, samples: Tensor) -> Tensor:
         """MC mean ``[B,m]`` of the prototype-distance probability (Eq. 3)."""
-        return torch.sigmoid(self.concept_sample_logits(samples)).mean(1)
+        return self.types.activate(self.concept_sample_logits(samples)).mean(1)
 
     def class_embedding(self, samples: Tensor) -> Tensor:
         """``[B,S,H]`` class-space embedding of samples ``[B,S,m,d]`` (linear in every concept's sample)."""
@@ -260,6 +261,8 @@ class ProbCBM(ConceptModel):
             samples = self.sample(state.extras["mean"], state.extras["std"], self.eps_infer.unsqueeze(0))
         z = self.concept_sample_logits(samples)
         z = z.to(torch.promote_types(z.dtype, torch.float32))
+        if self.types.typed:  # per column type, on the Monte-Carlo mean probabilities
+            return self.types.loss_from_probs(self.types.activate(z).mean(1), c, observed)
         log_n = math.log(z.shape[1])
         log_p = (torch.logsumexp(F.logsigmoid(z), dim=1) - log_n).clamp_min(-100.0)
         log_q = (torch.logsumexp(F.logsigmoid(-z), dim=1) - log_n).clamp_min(-100.0)

@@ -9,6 +9,16 @@ A concept set is a YAML file (see ``concept_sets/``)::
         description: the robot has knee joints
         expr: knees
 
+A concept is binary unless it says otherwise (``kind``):
+
+- ``kind: categorical`` with ``values: {value: expr, ...}`` is one concept with several values (the
+  foot sub-type as one 10-way concept). It becomes one 0/1 column per value, named
+  ``<name>_<value>``; at most one value may hold for a robot (none holding is a value too: the
+  model's implicit "none of these"). Models read the columns as one group (one softmax, one
+  cross-entropy; an intervention reveals the whole group at once).
+- ``kind: continuous`` is a number in [0, 1] (``expr: "arm_left / 5"``): one column, its value as it
+  is (models fit it with a squared error).
+
 ``expr`` is a Python-syntax expression over the attribute names of
 :data:`~synthetic.robot.attributes.EXPRESSION_NAMES`, evaluated vectorised over
 numpy arrays by :func:`evaluate`. Allowed: integer/float/bool constants, names,
@@ -25,6 +35,7 @@ import ast
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -34,7 +45,7 @@ from synthetic.robot.attributes import EXPRESSION_NAMES
 
 CONCEPT_SET_DIR = Path(__file__).parent / "concept_sets"
 #: Built-in concept sets, selected by ``RobotConfig.concept_set``.
-BUILTIN_SETS: tuple[str, ...] = ("true", "fine", "llm", "human")
+BUILTIN_SETS: tuple[str, ...] = ("true", "fine", "llm", "human", "typed")
 
 _BINOPS = {
     ast.Add: np.add,
@@ -148,11 +159,20 @@ def check_expression(expr: str, names: list[str] | None = None) -> None:
     evaluate(expr, {name: np.zeros(2, dtype=np.int64) for name in names})
 
 
+#: The kinds of concept a set may declare (``kind``; see the module doc).
+CONCEPT_KINDS = ("binary", "categorical", "continuous")
+
+
 @dataclass(frozen=True)
 class Concept:
+    """One concept column: a binary concept, a continuous one, or one value of a categorical concept
+    (``group``: the categorical concept's name)."""
+
     name: str
     description: str
     expr: str
+    kind: str = "binary"
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,17 +188,48 @@ class ConceptSet:
     def __len__(self) -> int:
         return len(self.concepts)
 
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        """The categorical concepts: ``{name: [its value columns]}``, in column order."""
+        out: dict[str, list[str]] = {}
+        for c in self.concepts:
+            if c.group is not None:
+                out.setdefault(c.group, []).append(c.name)
+        return out
+
+    @property
+    def continuous(self) -> list[str]:
+        """The continuous concepts' columns."""
+        return [c.name for c in self.concepts if c.kind == "continuous"]
+
     def evaluate(self, table: dict[str, np.ndarray]) -> np.ndarray:
-        """``float32 [N, m]`` 0/1 concept matrix from an attribute table."""
-        cols = [evaluate(c.expr, table).astype(bool) for c in self.concepts]
-        return np.stack(cols, axis=1).astype(np.float32)
+        """``float32 [N, m]`` concept matrix from an attribute table: 0/1 columns, continuous ones as
+        their values (``ValueError`` outside [0, 1], or where two values of a categorical concept hold)."""
+        cols = []
+        for c in self.concepts:
+            v = evaluate(c.expr, table)
+            if c.kind == "continuous":
+                v = v.astype(np.float64)
+                if not np.isfinite(v).all() or v.min(initial=0.0) < 0 or v.max(initial=0.0) > 1:
+                    raise ValueError(f"concept set {self.name}: continuous concept '{c.name}' ({c.expr}) must lie in [0, 1], "
+                                     f"got values in [{np.nanmin(v):g}, {np.nanmax(v):g}]")  # fmt: skip
+                cols.append(v)
+            else:
+                cols.append(v.astype(bool))
+        out = np.stack(cols, axis=1).astype(np.float32)
+        for group, members in self.groups.items():
+            idx = [self.names.index(n) for n in members]
+            both = int((out[:, idx].sum(1) > 1).sum())
+            if both:
+                raise ValueError(f"concept set {self.name}: categorical concept '{group}': more than one of its values holds for {both} robot(s)")
+        return out
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "concepts": [{"name": c.name, "description": c.description, "expr": c.expr} for c in self.concepts],
-        }
+        def one(c: Concept) -> dict:
+            d = {"name": c.name, "description": c.description, "expr": c.expr}
+            return d | ({"kind": c.kind} if c.kind != "binary" else {}) | ({"group": c.group} if c.group else {})
+
+        return {"name": self.name, "description": self.description, "concepts": [one(c) for c in self.concepts]}
 
 
 def concept_set_path(name_or_path: str) -> Path:
@@ -217,17 +268,44 @@ def _load(path: str, _mtime: int) -> ConceptSet:
         raise ValueError(f"{where}: unreadable ({type(err).__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("concepts"), list) or not doc["concepts"]:
         raise ValueError(f"{where}: expected a mapping with a non-empty 'concepts' list")
-    concepts = []
+    concepts: list[Concept] = []
     for i, item in enumerate(doc["concepts"]):
-        if not isinstance(item, dict) or not {"name", "expr"} <= set(item):
-            raise ValueError(f"{where}: concept #{i} needs 'name' and 'expr'")
-        check_component(item["name"], f"{where}: concept name")  # names may become file names (figures, tables)
-        try:
-            check_expression(str(item["expr"]))
-        except ExpressionError as err:
-            raise ValueError(f"{where}: concept '{item['name']}': {err}") from None
-        concepts.append(Concept(str(item["name"]), str(item.get("description", "")), str(item["expr"])))
+        concepts.extend(_columns(item, i, where))
     names = [c.name for c in concepts]
     if len(set(names)) != len(names):
-        raise ValueError(f"{where}: duplicate concept names")
+        raise ValueError(f"{where}: duplicate concept names {sorted({n for n in names if names.count(n) > 1})}")
     return ConceptSet(str(doc.get("name", Path(path).stem)), str(doc.get("description", "")), tuple(concepts))
+
+
+def _expression(expr: Any, what: str) -> str:
+    try:
+        check_expression(str(expr))
+    except ExpressionError as err:
+        raise ValueError(f"{what}: {err}") from None
+    return str(expr)
+
+
+def _columns(item: Any, i: int, where: str) -> list[Concept]:
+    """The columns of one concept entry of a set file: one for a binary or continuous concept, one per
+    value for a categorical one (module doc)."""
+    kind = item.get("kind", "binary") if isinstance(item, dict) else None
+    need = ("name", "values") if kind == "categorical" else ("name", "expr")
+    if not isinstance(item, dict) or not set(need) <= set(item):
+        raise ValueError(f"{where}: concept #{i} needs '{need[0]}' and '{need[1]}'")
+    name = str(item["name"])
+    check_component(name, f"{where}: concept name")  # names may become file names (figures, tables)
+    if kind not in CONCEPT_KINDS:
+        raise ValueError(f"{where}: concept '{name}': kind must be one of {list(CONCEPT_KINDS)}, got {kind!r}")
+    description = str(item.get("description", ""))
+    if kind != "categorical":
+        return [Concept(name, description, _expression(item["expr"], f"{where}: concept '{name}'"), kind)]
+    values = item["values"]
+    if not isinstance(values, dict) or len(values) < 2:
+        raise ValueError(f"{where}: categorical concept '{name}': 'values' must map at least two value names to expressions")
+    out = []
+    for value, expr in values.items():
+        column = f"{name}_{value}"
+        check_component(column, f"{where}: concept '{name}' value name")
+        what = f"{where}: concept '{name}' value '{value}'"
+        out.append(Concept(column, f"{description} = {value}" if description else f"{name} = {value}", _expression(expr, what), "binary", name))
+    return out

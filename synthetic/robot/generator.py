@@ -286,6 +286,8 @@ def generate(cfg: RobotConfig, images: Callable[[ImageRows, int], np.ndarray] | 
         "arm_angles_deg": list(ARM_ANGLES),
     }
     cue = np.concatenate(cues) if cues else None
+    if chosen.groups or chosen.continuous:  # typed concepts: what a model reads as one group or a number
+        info["concept_types"] = {"groups": chosen.groups, "continuous": chosen.continuous}
     if cue is not None:
         info["cue"] = {"kind": cfg.cue.kind, "correlation": cfg.cue.correlation, "says": "extra['cue']: 1 = Glorp"}
     if cfg.render == "reference":

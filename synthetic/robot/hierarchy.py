@@ -39,10 +39,12 @@ def body_space() -> np.ndarray:
 
 def derive(concepts: ConceptSet) -> list[Implication]:
     """Every implication ``A = a => B = v`` between two concepts of the set (module doc), in the order
-    of the set's concepts; concepts constant over the body space imply and are implied by nothing."""
+    of the set's concepts; concepts constant over the body space, and continuous ones, imply and are
+    implied by nothing (a categorical concept's values are 0/1 columns: they exclude each other)."""
     c = concepts.evaluate(body_table(body_space())).astype(bool)  # [bodies, m]
     names = concepts.names
-    varying = [j for j in range(len(names)) if c[:, j].any() and not c[:, j].all()]
+    binary = [j for j, n in enumerate(names) if n not in set(concepts.continuous)]
+    varying = [j for j in binary if c[:, j].any() and not c[:, j].all()]
     out: list[Implication] = []
     for a in varying:
         for a_val in (1, 0):

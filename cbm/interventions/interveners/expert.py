@@ -51,7 +51,9 @@ def uniform_hash(seed: int, keys: Tensor) -> Tensor:
 
 class ExpertIntervener:
     """A simulated expert who gives the true value with probability ``accuracy`` and the
-    opposite value otherwise.
+    opposite value otherwise (a continuous concept ``v``: ``1 - v``). A categorical concept
+    (``groups``, its columns) is one answer: right with its first column's accuracy, otherwise one
+    of its other values ("none" included) drawn uniformly.
 
     Parameters
     ----------
@@ -84,7 +86,13 @@ class ExpertIntervener:
 
     @classmethod
     def from_config(cls, cfg: Config, ctx: BuildContext) -> ExpertIntervener:
-        return cls.from_names(list(ctx.concept_names), cfg.accuracy, cfg.per_concept, ctx.seed)
+        expert = cls.from_names(list(ctx.concept_names), cfg.accuracy, cfg.per_concept, ctx.seed)
+        types = getattr(ctx.model, "types", None)
+        expert.groups = tuple(types.groups) if types is not None else ()
+        return expert
+
+    #: Column indices of each categorical concept (answered as one; see the class doc).
+    groups: tuple[tuple[int, ...], ...] = ()
 
     def __init__(self, accuracy: float | Sequence[float] | Tensor = 0.8, seed: int = 0):
         import torch
@@ -110,24 +118,36 @@ class ExpertIntervener:
             acc[list(concept_names).index(name)] = float(value)
         return cls(acc, seed)
 
-    def correct(self, batch: Batch, shape: tuple[int, int], device: torch.device) -> Tensor:
-        """``[B,m]`` bool: whether the expert answers each (example, concept) correctly."""
+    def _uniform(self, batch: Batch, shape: tuple[int, int], device: torch.device, salt: int = 0) -> Tensor:
+        """``[B,m]`` uniform draws, a function of ``(seed + salt, example id, concept)`` (module doc)."""
         import torch
 
         b, m = shape
-        acc = self.accuracy.to(device)
-        if acc.ndim == 1 and acc.shape[0] != m:
-            raise ValueError(f"expert has {acc.shape[0]} per-concept accuracies but the model has {m} concepts")
         if "idx" in batch:
             keys = batch["idx"].to(device).long()[:, None] * m + torch.arange(m, device=device)[None]
-            u = uniform_hash(self.seed, keys)
-        else:
-            u = torch.rand((b, m), generator=self._generator).to(device)
-        return u < acc
+            return uniform_hash(self.seed + salt, keys)
+        return torch.rand((b, m), generator=self._generator).to(device)
+
+    def correct(self, batch: Batch, shape: tuple[int, int], device: torch.device) -> Tensor:
+        """``[B,m]`` bool: whether the expert answers each (example, concept) correctly."""
+        acc = self.accuracy.to(device)
+        if acc.ndim == 1 and acc.shape[0] != shape[1]:
+            raise ValueError(f"expert has {acc.shape[0]} per-concept accuracies but the model has {shape[1]} concepts")
+        return self._uniform(batch, shape, device) < acc
 
     def __call__(self, batch: Batch, state: ConceptState, mask: Tensor) -> Tensor:
         import torch
 
         truth = OracleIntervener()(batch, state, mask)
         ok = self.correct(batch, tuple(truth.shape), truth.device)
-        return torch.where(ok, truth, 1.0 - truth)
+        out = torch.where(ok, truth, 1.0 - truth)
+        if self.groups:
+            other = self._uniform(batch, tuple(truth.shape), truth.device, salt=1)
+            for cols in self.groups:
+                idx = list(cols)
+                n = len(idx)
+                value = torch.cat([truth[:, idx], (1 - truth[:, idx].sum(1, keepdim=True)).clamp_min(0)], 1).argmax(1)
+                wrong = (value + 1 + (other[:, idx[0]] * n).long().clamp_max(n - 1)) % (n + 1)  # another of the n + 1
+                answer = torch.where(ok[:, idx[0]], value, wrong)
+                out[:, idx] = torch.nn.functional.one_hot(answer, n + 1)[:, :n].to(out.dtype)
+        return out
