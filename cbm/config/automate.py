@@ -25,6 +25,10 @@ class AutomateConfig:
 
     checkpoint: str = ""
     target_accuracy: float = 0.90
+    #: Further targets (the accuracy-target sweep, concept-benchmark 0.4.1's tau = 0.90 / 0.95 / 0.99):
+    #: each calibrated on the same split's predictions and run through the same flow; the results
+    #: are ``automation.json``'s ``sweep`` and ``automation_sweep.csv``.
+    sweep_targets: list[float] = field(default_factory=list)
     delta: float = 0.1
     method: str = "ltt"
     score: str = "probability"
@@ -64,6 +68,12 @@ class AutomateConfig:
             )
         if not 0.0 < self.target_accuracy <= 1.0:
             raise ValueError(f"target_accuracy must be in (0, 1], got {self.target_accuracy}")
+        bad = [t for t in self.sweep_targets if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 < t <= 1.0]
+        if bad:
+            raise ValueError(f"sweep_targets must be accuracies in (0, 1], got {bad}")
+        if len({float(t) for t in self.sweep_targets} | {float(self.target_accuracy)}) != len(self.sweep_targets) + 1:
+            raise ValueError(f"sweep_targets lists a target twice or repeats target_accuracy={self.target_accuracy}: {self.sweep_targets}")
+        self.sweep_targets = [float(t) for t in self.sweep_targets]
         if not 0.0 < self.delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if self.method not in METHODS:

@@ -82,8 +82,8 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.evaluate import resolve_ks
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
-    from cbm.selective.automation import calibrate_model, run_automation, score_split
-    from cbm.selective.calibration import TargetUnreachable
+    from cbm.selective.automation import run_automation, score_split
+    from cbm.selective.calibration import TargetUnreachable, calibrate
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
     ks = resolve_ks(cfg.ks, model.n_concepts)
@@ -111,15 +111,15 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
         raw = score_split(model, dm.loader(cfg.calib_split), "probability")
         platt = fit_platt(np.where(raw.preds == 1, raw.scores, 1.0 - raw.scores), raw.y)
         transform = platt.logits
+    cal_scored = score_split(model, dm.loader(cfg.calib_split), cfg.score, transform)
+    sweep = lambda: [_swept(model, dm, cfg, t, cal_scored, ks, make_policy, intervener, costs, transform) for t in cfg.sweep_targets]  # noqa: E731
     try:
-        calib, cal_scored = calibrate_model(
-            model, dm.loader(cfg.calib_split), cfg.target_accuracy, cfg.method, cfg.delta, cfg.score, transform
-        )
+        calib = calibrate(cal_scored.scores, cal_scored.correct, cfg.target_accuracy, cfg.method, cfg.delta)
     except TargetUnreachable as err:  # a result ("cannot reach the target"), not bad input: n/a rows
         log.warning("calibration failed: %s", err)
         return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy": cfg.target_accuracy,
                        "delta": cfg.delta, "split": cfg.calib_split, "platt": platt and platt.to_dict()},
-                       [not_available(k, str(err)) for k in ks], {})  # fmt: skip
+                       [not_available(k, str(err)) for k in ks], {}, sweep=sweep())  # fmt: skip
     outcomes = run_automation(
         model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform
     )
@@ -135,7 +135,21 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
     scored = {cfg.calib_split: cal_scored, "test": score_split(model, dm.loader("test"), cfg.score, transform)}
     conf = confidence_histograms(scored, calib.tau, cfg.score, int(getattr(model, "n_classes", 2)))
-    return _report(model, cfg, costs, cal_dict, results, curves, conf)
+    return _report(model, cfg, costs, cal_dict, results, curves, conf, sweep=sweep())
+
+
+def _swept(model, dm, cfg: AutomateConfig, target: float, cal_scored, ks, make_policy, intervener, costs, transform) -> dict[str, Any]:
+    """One target of the sweep: the threshold calibrated on the same predictions of the calibration
+    split, the flow's results at every k (n/a rows with the reason when no threshold reaches it)."""
+    from cbm.selective.automation import run_automation
+    from cbm.selective.calibration import TargetUnreachable, calibrate
+
+    try:
+        calib = calibrate(cal_scored.scores, cal_scored.correct, target, cfg.method, cfg.delta)
+    except TargetUnreachable as err:
+        return {"target_accuracy": target, "tau": None, "failed": str(err), "results": [not_available(k, str(err)) for k in ks]}
+    outcomes = run_automation(model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
+    return {"target_accuracy": target, "tau": calib.tau, "results": [outcomes[k].summary(target) for k in ks]}
 
 
 def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_classes: int,
@@ -167,7 +181,7 @@ def not_available(k: int, reason: str) -> dict[str, Any]:
 
 
 def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list, curves: dict,
-            confidence: dict | None = None) -> dict[str, Any]:  # fmt: skip
+            confidence: dict | None = None, sweep: list | None = None) -> dict[str, Any]:  # fmt: skip
     info = model.info
     report = {
         "checkpoint": cfg.checkpoint,
@@ -182,6 +196,8 @@ def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list,
     }
     if confidence is not None:
         report["confidence"] = confidence
+    if sweep:
+        report["sweep"] = sweep
     return report
 
 
@@ -242,6 +258,9 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
 
     write_json_atomic(out_dir / "automation.json", report)
     write_csv_atomic(out_dir / "automation.csv", report["results"], CSV_COLUMNS)
+    if report.get("sweep"):
+        rows = [{"target_accuracy": s["target_accuracy"], **r} for s in report["sweep"] for r in s["results"]]
+        write_csv_atomic(out_dir / "automation_sweep.csv", rows, ["target_accuracy", *CSV_COLUMNS])
     if "failed" in report["calibration"]:
         return  # nothing to draw
     curves = {

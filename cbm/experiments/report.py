@@ -44,6 +44,7 @@ from cbm.experiments.tables import (
     render,
     rule_rows,
     run_config,
+    target_rows,
     training_rows,
 )
 
@@ -172,7 +173,7 @@ def write_experiment_report(root: str | Path) -> str:
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
               "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter),
-              "cost of a check": cost_rows(auto, cfg.get("cost_models") or {}),
+              "cost of a check": cost_rows(auto, cfg.get("cost_models") or {}), "accuracy target sweep": target_rows(auto),
               "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]

@@ -315,6 +315,36 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     return rows, cols
 
 
+def target_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The accuracy-target sweep (0.4.1's tau table): per (setting, model, target, k), coverage,
+    selective accuracy and NWA over seeds, from the automation runs that swept targets
+    (``automation.json``'s ``sweep``; the run's own target is one of the rows)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for cell in cells:
+        rep = cell["_results"]
+        if not rep.get("sweep"):
+            continue
+        m = int(rep.get("n_concepts") or 0)
+        runs = [(rep["calibration"]["target_accuracy"], rep["results"])] + [(s["target_accuracy"], s["results"]) for s in rep["sweep"]]
+        for target, results in runs:
+            for r in results:
+                groups.setdefault((cell["setting"], cell["model"], float(target), k_label(r["k"], m)), []).append(r)
+    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
+    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], k[2], kpos(k[3])))
+    rows = []
+    for s, m, t, k in keys:
+        rs = groups[(s, m, t, k)]
+        row = {"setting": s, "model": m, "target %": f"{100 * t:g}", "k": k, "seeds": len(rs),
+               "coverage %": mean_se(r["coverage"] for r in rs), "sel. acc %": mean_se(r["selective_acc"] for r in rs),
+               "NWA %": mean_se((r["nwa"] for r in rs), signed=True)}  # fmt: skip
+        notes = sorted({r["note"] for r in rs if r.get("note")})
+        if notes:
+            row["note"] = notes[0]
+        rows.append(row)
+    cols = ["setting", "model", "target %", "k", "seeds", "coverage %", "sel. acc %", "NWA %"]
+    return rows, cols + (["note"] if any("note" in r for r in rows) else [])
+
+
 def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """The "cost of a check" table (0.4.1's make_sudoku_sensitivity_tables.py): per (setting, model,
     price, k), coverage and NWA with each check priced by ``cost_models[price]``, from the share of

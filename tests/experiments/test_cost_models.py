@@ -44,3 +44,22 @@ def test_a_price_is_checked_like_any_cost_spec():
         ExperimentConfig(**base, cost_models={"bad": {"box*": 0}})
     with pytest.raises(ValueError, match=r"cost_models.typo: unknown concept\(s\) \['blok\*'\]"):
         cost_rows([cell(171, [0.1] * 4, 0.8)], {"typo": {"blok*": 2}})
+
+
+def test_the_target_sweep_table_pools_each_target_over_seeds():
+    """Rows per (target, k), the run's own target among them; mean +- SE over the seeds that swept."""
+    from cbm.experiments.tables import target_rows
+
+    def swept(seed: int, covs: dict[float, float]) -> dict:
+        res = lambda c: [{"k": 0, "coverage": c, "selective_acc": 0.96, "nwa": c}]  # noqa: E731
+        return {"setting": "10px", "model": "cbm", "seed": seed,
+                "_results": {"n_concepts": 4, "calibration": {"target_accuracy": 0.95}, "results": res(covs[0.95]),
+                             "sweep": [{"target_accuracy": t, "results": res(c)} for t, c in covs.items() if t != 0.95]}}  # fmt: skip
+
+    cells = [swept(171, {0.9: 0.9, 0.95: 0.8, 0.99: 0.5}), swept(172, {0.9: 1.0, 0.95: 0.7, 0.99: 0.3}),
+             {"setting": "10px", "model": "cbm", "seed": 173, "_results": {"n_concepts": 4, "results": []}}]  # fmt: skip
+    rows, cols = target_rows(cells)
+    assert [(r["target %"], r["k"], r["seeds"]) for r in rows] == [("90", "0", 2), ("95", "0", 2), ("99", "0", 2)]
+    assert [r["coverage %"] for r in rows] == ["95.00 ± 5.00", "75.00 ± 5.00", "40.00 ± 10.00"]
+    assert rows[2]["NWA %"] == "+40.00 ± 10.00" and cols[2] == "target %"
+    assert target_rows(cells[2:]) == ([], cols)

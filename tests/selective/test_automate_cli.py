@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import sys
 from dataclasses import replace
 
@@ -180,3 +181,28 @@ def test_failed_calibration_gives_na_rows_not_an_abort(tmp_path):
     assert [r["nwa"] for r in rows] == ["", "", ""] and rows[0]["note"] == cal["failed"]
     assert not (tmp_path / "risk_coverage.png").exists()
     assert results_table(report).splitlines()[2] == "| 0 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |"
+
+
+def test_a_target_sweep_equals_separate_runs_at_each_target(tmp_path):
+    """Each swept target: the threshold and every k's results of a run with that target alone; a
+    target out of reach is a row of n/a with the reason, and the sweep is written as its own CSV."""
+    report = run_toy(tmp_path, method="empirical", target_accuracy=0.95, sweep_targets=[0.9, 0.99, 1.0])
+    assert [s["target_accuracy"] for s in report["sweep"]] == [0.9, 0.99, 1.0]
+    for s in report["sweep"][:2]:
+        alone = run_toy(tmp_path, method="empirical", target_accuracy=s["target_accuracy"])
+        assert s["tau"] == alone["calibration"]["tau"] and s["results"] == alone["results"]
+    taus = [s["tau"] for s in report["sweep"][:2]]
+    assert taus[0] <= report["calibration"]["tau"] <= taus[1]  # a higher target, a stricter threshold
+    write_outputs(report, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "automation_sweep.csv").open()))
+    assert [(r["target_accuracy"], r["k"]) for r in rows] == [(t, k) for t in ("0.9", "0.99", "1.0") for k in ("0", "1", "3")]
+    ltt = run_toy(tmp_path, method="ltt", target_accuracy=0.95, sweep_targets=[1.0])["sweep"][0]  # 100% with a guarantee: out of reach
+    assert ltt["tau"] is None and ltt["failed"].startswith("ltt calibration: no threshold reaches selective accuracy 100.00%")
+    assert [r["status"] for r in ltt["results"]] == ["n/a"] * 3
+
+
+@pytest.mark.parametrize("sweep, msg", [([0.9, 1.5], "sweep_targets must be accuracies in (0, 1], got [1.5]"),
+                                        ([0.95], "sweep_targets lists a target twice or repeats target_accuracy=0.95")])
+def test_a_bad_sweep_is_refused(sweep, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        AutomateConfig(checkpoint="toy", target_accuracy=0.95, sweep_targets=sweep)
