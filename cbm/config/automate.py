@@ -15,6 +15,8 @@ from cbm.config.train import LoggerConfig, follow_logger
 from cbm.core.paths import group_defaults, resolve_checkpoint
 from cbm.core.validation import ConfigError, to_dataclass
 
+#: One abstention threshold, or one per predicted class (:mod:`cbm.selective.classwise`).
+THRESHOLDS = ("global", "classwise")
 #: Splits ``cbm-automate`` may calibrate on (the test split never).
 CALIBRATION_SPLITS = ("calib", "val")
 
@@ -31,6 +33,9 @@ class AutomateConfig:
     sweep_targets: list[float] = field(default_factory=list)
     delta: float = 0.1
     method: str = "ltt"
+    #: ``global``: one threshold for every prediction; ``classwise``: one per predicted class, each
+    #: calibrated on that class's predictions (concept-benchmark 0.4.1's ``classwise_thresholds``).
+    threshold: str = "global"
     score: str = "probability"
     #: Split the threshold (and Platt scaling) is fitted on: ``calib``, or ``val`` (concept-benchmark
     #: 0.4.1 fits both on its validation boards, which also chose the model's epoch).
@@ -78,6 +83,8 @@ class AutomateConfig:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
+        if self.threshold not in THRESHOLDS:
+            raise ValueError(f"threshold must be one of {THRESHOLDS}, got '{self.threshold}'")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
         if self.calib_split not in CALIBRATION_SPLITS:

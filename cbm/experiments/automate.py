@@ -83,7 +83,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
     from cbm.selective.automation import run_automation, score_split
-    from cbm.selective.calibration import TargetUnreachable, calibrate
+    from cbm.selective.calibration import TargetUnreachable
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
     ks = resolve_ks(cfg.ks, model.n_concepts)
@@ -114,27 +114,27 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     cal_scored = score_split(model, dm.loader(cfg.calib_split), cfg.score, transform)
     sweep = lambda: [_swept(model, dm, cfg, t, cal_scored, ks, make_policy, intervener, costs, transform) for t in cfg.sweep_targets]  # noqa: E731
     try:
-        calib = calibrate(cal_scored.scores, cal_scored.correct, cfg.target_accuracy, cfg.method, cfg.delta)
+        tau, cal_dict = _calibrated(cfg, cal_scored, cfg.target_accuracy, model)
     except TargetUnreachable as err:  # a result ("cannot reach the target"), not bad input: n/a rows
         log.warning("calibration failed: %s", err)
         return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy": cfg.target_accuracy,
                        "delta": cfg.delta, "split": cfg.calib_split, "platt": platt and platt.to_dict()},
                        [not_available(k, str(err)) for k in ks], {}, sweep=sweep())  # fmt: skip
     outcomes = run_automation(
-        model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform
+        model, dm.loader("test"), tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform
     )
     results = [outcomes[k].summary(cfg.target_accuracy) for k in ks]
     for r in results:
         if "note" in r:
             log.warning("k=%s: %s", r["k"], r["note"])
-    cal_dict = {**calib.to_dict(), "split": cfg.calib_split, "platt": platt and platt.to_dict()}
-    if cfg.score == "uncertainty":
-        cal_dict["tau_uncertainty"] = uncertainty_threshold(calib.tau)
+    cal_dict.update(split=cfg.calib_split, platt=platt and platt.to_dict())
+    if cfg.score == "uncertainty" and cfg.threshold == "global":
+        cal_dict["tau_uncertainty"] = uncertainty_threshold(tau)
     cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
     curves = {f"{cfg.calib_split} (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
     scored = {cfg.calib_split: cal_scored, "test": score_split(model, dm.loader("test"), cfg.score, transform)}
-    conf = confidence_histograms(scored, calib.tau, cfg.score, int(getattr(model, "n_classes", 2)))
+    conf = confidence_histograms(scored, tau, cfg.score, int(getattr(model, "n_classes", 2)))
     return _report(model, cfg, costs, cal_dict, results, curves, conf, sweep=sweep())
 
 
@@ -142,14 +142,28 @@ def _swept(model, dm, cfg: AutomateConfig, target: float, cal_scored, ks, make_p
     """One target of the sweep: the threshold calibrated on the same predictions of the calibration
     split, the flow's results at every k (n/a rows with the reason when no threshold reaches it)."""
     from cbm.selective.automation import run_automation
-    from cbm.selective.calibration import TargetUnreachable, calibrate
+    from cbm.selective.calibration import TargetUnreachable
 
     try:
-        calib = calibrate(cal_scored.scores, cal_scored.correct, target, cfg.method, cfg.delta)
+        tau, _ = _calibrated(cfg, cal_scored, target, model)
     except TargetUnreachable as err:
         return {"target_accuracy": target, "tau": None, "failed": str(err), "results": [not_available(k, str(err)) for k in ks]}
-    outcomes = run_automation(model, dm.loader("test"), calib.tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
-    return {"target_accuracy": target, "tau": calib.tau, "results": [outcomes[k].summary(target) for k in ks]}
+    outcomes = run_automation(model, dm.loader("test"), tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
+    return {"target_accuracy": target, "tau": tau, "results": [outcomes[k].summary(target) for k in ks]}
+
+
+def _calibrated(cfg: AutomateConfig, cal_scored, target: float, model) -> tuple[Any, dict[str, Any]]:
+    """The threshold (one, or one per predicted class with ``threshold=classwise``) for ``target`` on
+    the calibration predictions, and its record; :class:`TargetUnreachable` when none reaches it."""
+    from cbm.selective.calibration import calibrate
+    from cbm.selective.classwise import calibrate_classwise
+
+    if cfg.threshold == "classwise":
+        cal = calibrate_classwise(cal_scored.scores, cal_scored.correct, cal_scored.preds, int(getattr(model, "n_classes", 2)),
+                                  target, cfg.method, cfg.delta)  # fmt: skip
+        return cal["tau"], cal
+    cal = calibrate(cal_scored.scores, cal_scored.correct, target, cfg.method, cfg.delta)
+    return cal.tau, {**cal.to_dict(), "threshold": "global"}
 
 
 def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_classes: int,
@@ -163,8 +177,12 @@ def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_clas
     """
     binary = score == "probability" and n_classes <= 2
     edges = np.linspace(0.0, 1.0, bins + 1)
-    out: dict[str, Any] = {"quantity": "p(y=1)" if binary else f"confidence ({score})", "tau": float(tau),
-                           "band": [1.0 - float(tau), float(tau)] if binary else [0.0, float(tau)],
+    if isinstance(tau, int | float):
+        band = [1.0 - float(tau), float(tau)] if binary else [0.0, float(tau)]
+    else:  # per predicted class: class 0 accepted iff 1 - p > tau_0, class 1 iff p > tau_1
+        t = [1.0 if v is None else float(v) for v in tau]
+        band = [1.0 - t[0], t[1]] if binary else [0.0, min(t)]
+    out: dict[str, Any] = {"quantity": "p(y=1)" if binary else f"confidence ({score})", "tau": tau, "band": band,
                            "edges": [round(float(e), 12) for e in edges], "splits": {}}  # fmt: skip
     for split, sc in scored.items():
         value = np.where(sc.preds == 1, sc.scores, 1.0 - sc.scores) if binary else sc.scores
@@ -238,6 +256,8 @@ def results_table(report: dict[str, Any]) -> str:
 
 
 def calibration_line(report: dict[str, Any]) -> str:
+    from cbm.selective.classwise import tau_text
+
     c = report["calibration"]
     if "failed" in c:
         return f"no threshold (every k n/a): {c['failed']}"
@@ -247,13 +267,15 @@ def calibration_line(report: dict[str, Any]) -> str:
         else f"no guarantee (uncorrected {1 - c['delta']:.0%} bound {c['bound']:.2%})"
     )
     return (
-        f"tau = {c['tau']:.6g} ({c['method']}, target {c['target_accuracy']:.2%}): calibration coverage "
-        f"{c['coverage_cal']:.2%}, selective accuracy {c['selective_acc_cal']:.2%} on {c['n_cal']} examples; {guarantee}"
+        f"tau{' per predicted class' if c.get('threshold') == 'classwise' else ''} = {tau_text(c['tau'])} ({c['method']}, "
+        f"target {c['target_accuracy']:.2%}): calibration coverage {c['coverage_cal']:.2%}, selective accuracy "
+        f"{_pct(c['selective_acc_cal'])}% on {c['n_cal']} examples; {guarantee}"
     )
 
 
 def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
     """automation.json, automation.csv and risk_coverage.png in ``out_dir``."""
+    from cbm.selective.classwise import tau_text
     from cbm.selective.plots import plot_risk_coverage
 
     write_json_atomic(out_dir / "automation.json", report)
@@ -274,7 +296,7 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
         )
         for r in report["results"]
     ]
-    title = f"{report['dataset']} / {report['model']}: {report['calibration']['method']} tau={report['calibration']['tau']:.4g}"
+    title = f"{report['dataset']} / {report['model']}: {report['calibration']['method']} tau={tau_text(report['calibration']['tau'])}"
     plot_risk_coverage(
         curves, out_dir / "risk_coverage.png", report["calibration"]["target_accuracy"], points, title
     )

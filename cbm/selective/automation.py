@@ -27,6 +27,7 @@ from cbm.interventions.interveners.base import Intervener
 from cbm.interventions.policies.base import Policy
 from cbm.selective.abstention import confidence, predictions
 from cbm.selective.calibration import Calibration, calibrate
+from cbm.selective.classwise import Threshold, per_example, tau_text
 from cbm.selective.metrics import (
     aurc,
     concept_costs,
@@ -109,7 +110,7 @@ class AutomationOutcome:
     """Per-example outcome of the flow at one budget ``k`` (all arrays ``[n]``)."""
 
     k: int
-    tau: float
+    tau: Threshold
     accepted_before: np.ndarray
     automated: np.ndarray
     correct_before: np.ndarray
@@ -157,7 +158,7 @@ class AutomationOutcome:
             out["meets_target"] = bool(out["selective_acc"] >= target_accuracy)
         if not self.automated.any():
             out["note"] = (
-                f"all {self.n} examples abstained or were deferred at tau={self.tau:.6g}: "
+                f"all {self.n} examples abstained or were deferred at tau={tau_text(self.tau)}: "
                 "selective accuracy is undefined"
             )
         return out
@@ -179,7 +180,7 @@ def _rows(batch: Batch, idx: Tensor, n: int) -> Batch:
 def run_automation(
     model,
     batches: Iterable[Batch],
-    tau: float,
+    tau: Threshold,
     ks: Sequence[int],
     policy_factory: Callable[[], Policy],
     intervener: Intervener,
@@ -189,6 +190,7 @@ def run_automation(
 ) -> dict[int, AutomationOutcome]:
     """Run the flow for every budget in ``ks`` on ``batches`` (encoded once per batch).
 
+    ``tau``: one threshold, or one per predicted class (:mod:`cbm.selective.classwise`).
     ``policy_factory`` makes a fresh policy per ``k`` so results do not depend on the order of
     ``ks``; ``costs`` are normalised per-concept costs (:func:`~cbm.selective.metrics.concept_costs`),
     uniform when ``None``; ``transform`` maps every task logit the flow scores (before and after an
@@ -217,7 +219,7 @@ def run_automation(
         logits = _task_logits(model, state, transform)
         s0 = confidence(model, state, logits, score).double()
         pred0 = predictions(logits)
-        acc0 = s0 > tau
+        acc0 = s0 > per_example(tau, pred0)
         idx = torch.nonzero(~acc0).flatten()
         sub_state = state.index(idx) if idx.numel() else None
         sub_batch = _rows(batch, idx, n) if idx.numel() else None
@@ -234,7 +236,7 @@ def run_automation(
                     s1 = confidence(model, new_state, new_logits, score).double()
                     score_f[idx] = s1
                     pred_f[idx] = predictions(new_logits)
-                    automated[idx] = s1 > tau
+                    automated[idx] = s1 > per_example(tau, pred_f[idx])
                     n_req[idx] = mask.sum(dim=1)
                     cost_u[idx] = request_cost(mask, w_uniform)
                     cost_w[idx] = request_cost(mask, w)
@@ -256,5 +258,5 @@ def run_automation(
         if not parts[k]:
             raise ValueError("no test examples to automate (the split is empty)")
         cols = {name: torch.cat(v).numpy() for name, v in parts[k].items()}
-        out[k] = AutomationOutcome(k=k, tau=float(tau), **cols)
+        out[k] = AutomationOutcome(k=k, tau=float(tau) if isinstance(tau, int | float) else list(tau), **cols)
     return out

@@ -222,6 +222,7 @@ AUTOMATE = [
     (["checkpoint=FX/run", "platt=true", "score=uncertainty"], "platt=true scales the predicted probability: it needs score=probability"),
     (["checkpoint=FX/run", "policy=fixed_order", "policy.fixed_order.order=[row1,row1]"], "lists the concept 'row1' twice"),
     (["checkpoint=FX/run", "target_accuracy=2"], "target_accuracy must be in (0, 1]"),
+    (["checkpoint=FX/run", "threshold=perclass"], "threshold must be one of ('global', 'classwise'), got 'perclass'"),
     (["checkpoint=FX/run", "sweep_targets=[0.9,0]"], "sweep_targets must be accuracies in (0, 1], got [0.0]"),
     (["checkpoint=FX/run", "delta=0"], "delta must be in (0, 1)"),
     (["checkpoint=FX/run", "policy=psychic"], "unknown policy 'psychic'"),

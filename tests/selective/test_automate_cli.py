@@ -16,6 +16,7 @@ from cbm.experiments.automate import (
     CSV_COLUMNS,
     AutomateConfig,
     automate,
+    calibration_line,
     results_table,
     validate,
     write_outputs,
@@ -206,3 +207,36 @@ def test_a_target_sweep_equals_separate_runs_at_each_target(tmp_path):
 def test_a_bad_sweep_is_refused(sweep, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         AutomateConfig(checkpoint="toy", target_accuracy=0.95, sweep_targets=sweep)
+
+
+def test_classwise_thresholds_hold_each_predicted_class_to_its_own():
+    """Per predicted class: the threshold of that class's calibration predictions alone; the flow
+    accepts a prediction iff its score is above its class's threshold."""
+    import numpy as np
+
+    from cbm.selective.calibration import calibrate
+    from cbm.selective.classwise import calibrate_classwise
+
+    report = run_toy(".", method="empirical", target_accuracy=0.9, threshold="classwise")
+    cal = report["calibration"]
+    assert cal["threshold"] == "classwise" and len(cal["tau"]) == 2
+    data = toy_data()
+    dm = SyntheticDataModule(lambda: data, 64, 128)
+    from cbm.selective.automation import score_split
+
+    sc = score_split(toy_model(), dm.loader("calib"), "probability")
+    for k in (0, 1):
+        rows = sc.preds == k
+        assert cal["tau"][k] == calibrate(sc.scores[rows], sc.correct[rows], 0.9, "empirical").tau
+    test = score_split(toy_model(), dm.loader("test"), "probability")
+    accepted = test.scores > np.asarray(cal["tau"])[test.preds]
+    assert report["results"][0]["coverage"] == pytest.approx(accepted.mean())
+    assert report["results"][0]["selective_acc"] == pytest.approx(test.correct[accepted].mean())
+    # a class that reaches the target at no threshold is never accepted; none reaching it: unreachable
+    s, c, p = np.array([0.9, 0.8, 0.7, 0.6]), np.array([True, True, False, False]), np.array([1, 1, 0, 0])
+    one = calibrate_classwise(s, c, p, 2, 0.9, "empirical", 0.1)
+    assert one["tau"][0] is None and one["tau"][1] is not None and one["per_class"][0]["failed"]
+    assert one["coverage_cal"] == 0.5 and one["selective_acc_cal"] == 1.0
+    with pytest.raises(Exception, match=r"class-wise\): no predicted class reaches selective accuracy 90.00%"):
+        calibrate_classwise(s, np.zeros(4, bool), p, 2, 0.9, "empirical", 0.1)
+    assert calibration_line(report).startswith("tau per predicted class = [")
