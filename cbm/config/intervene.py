@@ -70,6 +70,32 @@ class HierarchyConfig:
 
 
 @dataclass
+class ExchangeConfig:
+    """``exchange`` of cbm-intervene: two interveners answer the same requests and one concept's answers
+    are swapped between them (concept-benchmark 0.4.1's answer-exchange table), rows ``first+second``
+    (the first's answers, the second's on ``concept``) and ``second+first``; all three null: off."""
+
+    #: Name of an intervener of the grid (``intervener``).
+    first: str | None = None
+    #: Another intervener of the grid.
+    second: str | None = None
+    #: The concept whose answers are exchanged (a column, or a categorical concept: all its columns).
+    concept: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [v is not None for v in (self.first, self.second, self.concept)]
+        if any(given) and not all(given):
+            raise ValueError("exchange needs first, second and concept together (or none of them)")
+        if all(given) and self.first == self.second:
+            raise ValueError(f"exchange.first and exchange.second must be two different interveners, got '{self.first}' twice")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether an exchange is asked for."""
+        return self.concept is not None
+
+
+@dataclass
 class InterveneConfig:
     #: A cbm-train run directory or a ``.ckpt``.
     checkpoint: str = MISSING
@@ -84,6 +110,8 @@ class InterveneConfig:
     costs: CostConfig = field(default_factory=lambda: CostConfig())
     #: Concept structure: ``hierarchy.propagate`` answers along implications.
     hierarchy: HierarchyConfig = field(default_factory=lambda: HierarchyConfig())
+    #: Answer exchange between two interveners on one concept (``exchange.first / second / concept``).
+    exchange: ExchangeConfig = field(default_factory=lambda: ExchangeConfig())
     #: Names of the concepts policies may request (default all).
     concepts: list[str] | None = None
     #: Black-box baseline for the gain: run directory, ``.ckpt`` or ``metrics.json``.
@@ -114,6 +142,9 @@ class InterveneConfig:
             raise ValueError(f"device must be one of {DEVICES}, got '{self.device}'")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        missing = [n for n in (self.exchange.first, self.exchange.second) if self.exchange.enabled and n not in self.intervener]
+        if missing:
+            raise ValueError(f"exchange: {missing} not among the selected interveners {list(self.intervener)}")
 
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> InterveneConfig:

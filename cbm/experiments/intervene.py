@@ -80,6 +80,23 @@ def text_describer(dm: Any) -> Any:
     return describe
 
 
+def exchange_columns(c: InterveneConfig, model: Any) -> tuple[str, str, list[int]] | None:
+    """``(first, second, columns)`` of ``c.exchange`` for ``run_grid`` (``None``: off); the concept is a
+    column of the model or a categorical concept (all its columns); an unknown name is one error."""
+    if not c.exchange.enabled:
+        return None
+    names = list(model.info.concept_names)
+    groups = dict(getattr(model.info, "concept_groups", None) or {})
+    name = str(c.exchange.concept)
+    if name in names:
+        cols = [names.index(name)]
+    elif name in groups:
+        cols = [names.index(n) for n in groups[name]]
+    else:
+        raise ValueError(f"exchange.concept: unknown concept '{name}' (the model has {names + sorted(groups)})")
+    return str(c.exchange.first), str(c.exchange.second), cols
+
+
 # ----------------------------------------------------------------------------- the app
 def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     """Evaluate the configured grid; write results into ``output_dir`` and return them."""
@@ -144,7 +161,8 @@ def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, leve
     from cbm.interventions.interveners.llm import LLMIntervener
 
     grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels,
-                    costs=costs, per_cost=c.costs.per_cost, implications=structure, propagate=c.hierarchy.propagate)  # fmt: skip
+                    costs=costs, per_cost=c.costs.per_cost, implications=structure, propagate=c.hierarchy.propagate,
+                    exchange=exchange_columns(c, model))  # fmt: skip
     grid.meta.update(
         checkpoint=str(c.checkpoint),
         dataset=model.info.dataset,

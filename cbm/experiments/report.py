@@ -37,6 +37,7 @@ from cbm.experiments.tables import (
     automation_rows,
     comparisons,
     cost_rows,
+    exchange_rows,
     intervention_rows,
     own_answer_rows,
     paired_rows,
@@ -172,7 +173,7 @@ def write_experiment_report(root: str | Path) -> str:
     oracle_from_interventions(runs, inter)
     tables = {"training": training_rows(runs) if runs else ([], []),
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
-              "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter),
+              "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter), "answer exchange": exchange_rows(inter),
               "cost of a check": cost_rows(auto, cfg.get("cost_models") or {}), "accuracy target sweep": target_rows(auto),
               "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]

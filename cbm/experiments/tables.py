@@ -274,6 +274,41 @@ def own_answer_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return rows, cols
 
 
+# ----------------------------------------------------------------------------- answer exchange
+def exchange_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """0.4.1's answer-exchange table: per (setting, model, policy) of grids run with ``exchange``, the
+    accuracy (mean ± SE over seeds) at every budget k > 0 of each intervener on every concept and of
+    each with the other's answers on the exchanged concept, and how many points that one concept's
+    answers move at the largest budget (paired over seeds, 95% CI)."""
+    acc, _, labels = by_seed(cells)
+    ks = [k for k in labels if k != "0"]
+    swaps: dict[tuple[str, str, str], dict[str, tuple[str, str]]] = {}  # (setting, model, policy) -> row -> (answers, with)
+    concept: dict[tuple[str, str], str] = {}
+    for cell in cells:
+        meta = cell["_results"].get("meta", {})
+        for name, x in (meta.get("exchange") or {}).items():
+            for pol in meta.get("policies", []):
+                swaps.setdefault((cell["setting"], cell["model"], pol), {})[name] = (x["answers"], x["with"])
+            names = meta.get("concepts") or []
+            cols = [names[j] for j in x["columns"] if j < len(names)]
+            concept[(cell["setting"], cell["model"])] = ", ".join(cols)
+    rows: list[dict[str, Any]] = []
+    last = ks[-1] if ks else None
+    for (setting, model, pol), named in sorted(swaps.items(), key=lambda kv: (kv[0][0], ARCH_ORDER.get(kv[0][1], 9), *kv[0][1:])):
+        first, second = next(iter(named.values()))
+        for iv, label in ((second, f"{second} on every concept"), (first, f"{first} on every concept"),
+                          *((name, f"{a}, with {b}'s answers on {concept[(setting, model)]}") for name, (a, b) in named.items())):  # fmt: skip
+            row = {"setting": setting, "model": model, "policy": pol, "answers": label,
+                   "seeds": max((len(acc.get((setting, model, iv, pol, k), {})) for k in ks), default=0)}  # fmt: skip
+            row.update({f"acc k={k}": mean_se(acc.get((setting, model, iv, pol, k), {}).values()) for k in ks})
+            own = named.get(iv, (iv, iv))[0]
+            p = paired(acc.get((setting, model, iv, pol, last), {}), acc.get((setting, model, own, pol, last), {})) if iv in named else None
+            row[f"moves k={last} (points) [95% CI]"] = paired_text(p) if p is not None else ""
+            rows.append(row)
+    cols = ["setting", "model", "policy", "answers", "seeds", *[f"acc k={k}" for k in ks], f"moves k={last} (points) [95% CI]"]
+    return rows, cols
+
+
 def _with_paper(row: dict[str, Any], numbers: dict[str, Any]) -> dict[str, Any]:
     for col, v in numbers.items():
         row[f"paper {col}"] = f"{v:.1f}" if isinstance(v, int | float) else str(v)

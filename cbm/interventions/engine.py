@@ -259,6 +259,7 @@ def run_grid(
     per_cost: bool = True,
     implications: Implications | None = None,
     propagate: bool = False,
+    exchange: tuple[str, str, Sequence[int]] | None = None,
 ) -> ResultsGrid:
     """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
 
@@ -273,6 +274,10 @@ def run_grid(
     ``implications`` (:mod:`cbm.interventions.hierarchy`): the model's predictions that break them are
     counted (``meta['hierarchy']``); with ``propagate`` every answer also sets the concepts it implies
     (counted once, as the concept asked).
+    ``exchange`` ``(first, second, columns)``: two of ``interveners`` answer the same requests; rows
+    ``first+second`` (the first's answers with the second's on ``columns``, one concept) and
+    ``second+first`` say how much of the gap between them that concept's answers make (0.4.1's
+    answer-exchange table).
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
@@ -285,12 +290,14 @@ def run_grid(
         raise ValueError(f"intervention budgets must be >= 0, got {ks}")
     if not interveners or not policies:
         raise ValueError("run_grid needs at least one intervener and one policy")
+    swaps = _exchanges(exchange, interveners)
     model.eval()
     device = model_device(model)
     n_classes = max(int(getattr(model, "n_classes", 2)), 2)
     pol = {name: {k: _policy_for_k(p) for k in ks} for name, p in policies.items()}
     combos = [(i, p, k) for i in interveners for p in policies for k in ks]
-    acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro", **LOCAL).to(device) for c in combos}
+    acc = {c: MulticlassAccuracy(num_classes=n_classes, average="micro", **LOCAL).to(device)
+           for c in combos + [(s, p, k) for s in swaps for p in policies for k in ks]}  # fmt: skip
     req = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     cost = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     frac = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
@@ -334,15 +341,15 @@ def run_grid(
                 req[(pname, k)].update(n_req.float())
                 cost[(pname, k)].update(spent(mask, costs))
                 frac[(pname, k)].update((n_req > 0).float())
+                answered = mask if unit_of is None else expand(mask, unit_of)
+                answers: dict[str, Tensor] = {}
                 for iname, intervener in interveners.items():
                     t1 = time.perf_counter()
                     c = (iname, pname, k)
                     values = None
-                    answered = mask if unit_of is None else expand(mask, unit_of)
                     if bool(mask.any()):
-                        values = intervener(batch, state, answered)
-                        set_mask, set_values = implications.propagate(answered, values) if propagate and implications is not None else (answered, values)
-                        pred = model.predict(model.intervene(state, set_mask, encode_values(set_values, encoding))).argmax(1)
+                        values = answers[iname] = intervener(batch, state, answered)
+                        pred = _replay(model, state, answered, values, encoding, implications if propagate else None)
                     else:
                         pred = base_pred
                     if stats_ok:
@@ -355,11 +362,19 @@ def run_grid(
                             out.setdefault(key, []).append(v.cpu())
                         if "idx" in batch:
                             out.setdefault("idx", []).append(batch["idx"].cpu())
+                for name, (a, b, j) in swaps.items():  # one concept's answers exchanged between two interveners
+                    pred = base_pred
+                    if answers:
+                        mixed = answers[a].clone()
+                        mixed[:, j] = answers[b][:, j]
+                        pred = _replay(model, state, answered, mixed, encoding, implications if propagate else None)
+                    acc[(name, pname, k)].update(pred, y)
     if total == 0:
         raise ValueError("no examples to evaluate interventions on")
     rows = []
-    for c in combos:
+    for c in combos + [(s, p, k) for s in swaps for p in policies for k in ks]:
         iname, pname, k = c
+        seconds.setdefault(c, 0.0)
         a = float(acc[c].compute())
         rows.append(
             {
@@ -383,8 +398,30 @@ def run_grid(
         rows_broken, n_broken = broken.tolist()
         meta["hierarchy"] = {"implications": len(implications), "propagate": bool(propagate), "violating_rows": rows_broken,
                              "violations": n_broken, "violating_fraction": rows_broken / total}  # fmt: skip
+    if swaps:
+        meta["exchange"] = {name: {"answers": a, "with": b, "columns": j} for name, (a, b, j) in swaps.items()}
     stats = counter.to_dict(combos) if stats_ok and counter is not None else None
     return ResultsGrid(rows, blackbox_accuracy, meta, examples, stats)
+
+
+def _replay(model: Any, state: Any, answered: Tensor, values: Tensor, encoding: Any, implications: Implications | None) -> Tensor:
+    """The label the model predicts with ``values`` set where ``answered`` (along ``implications``)."""
+    set_mask, set_values = implications.propagate(answered, values) if implications is not None else (answered, values)
+    return model.predict(model.intervene(state, set_mask, encode_values(set_values, encoding))).argmax(1)
+
+
+def _exchanges(exchange: tuple[str, str, Sequence[int]] | None, interveners: Mapping[str, Any]) -> dict[str, tuple[str, str, list[int]]]:
+    """``{row name: (answers of, exchanged with, concept)}`` of an answer exchange (``run_grid``)."""
+    if exchange is None:
+        return {}
+    first, second, cols = exchange
+    j = [int(v) for v in cols]
+    if not j:
+        raise ValueError("exchange: no concept columns to exchange")
+    missing = [n for n in (first, second) if n not in interveners]
+    if missing or first == second:
+        raise ValueError(f"exchange: needs two different interveners of the grid ({list(interveners)}), got {first!r} and {second!r}")
+    return {f"{first}+{second}": (first, second, j), f"{second}+{first}": (second, first, j)}
 
 
 def read_blackbox_metrics(path: str | Path, split: str = "test", dataset: str | None = None) -> float:

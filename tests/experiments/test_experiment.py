@@ -331,7 +331,8 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
             floor = min(0.99, ceiling - 4.5 * (ceiling * (1 - ceiling) / 500) ** 0.5)
             assert float(row["oracle k=max"].split()[0]) >= 100 * floor, (row, ceiling)
     if report["interventions"]:
-        assert any(c.startswith("Gain k=") for c in report["interventions"][1]) and (root / "interventions.csv").is_file()
+        with_bb = bool(manifest.get("config", {}).get("blackbox"))  # Gain columns exactly when the preset has a black box
+        assert any(c.startswith("Gain k=") for c in report["interventions"][1]) == with_bb and (root / "interventions.csv").is_file()
         assert list((root / "figures").glob("accuracy_vs_k_*.png"))
     if report["automation"]:
         rows = report["automation"]
@@ -361,6 +362,11 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"
         assert rows["cbm"]["true values (points)"].startswith("+")
+    if preset == "paper_v04_answer_exchange_smoke":  # both interveners, each with the other's knees, in the paper's order
+        rows = report["answer exchange"]
+        assert [r["answers"] for r in rows] == ["oracle on every concept", "expert on every concept",
+                                                "expert, with oracle's answers on knees", "oracle, with expert's answers on knees"]  # fmt: skip
+        assert all(r["moves k=max (points) [95% CI]"] for r in rows[2:]) and (root / "answer_exchange.csv").is_file()
     if preset in ("robot_decision_support_smoke", "alignment_smoke"):  # the diagnostics' data against the stored results
         from test_diagnostics import check_alignment_diagnostics, check_decision_support_diagnostics
 

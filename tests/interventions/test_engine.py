@@ -194,3 +194,41 @@ def test_every_component_config_file_lists_its_schema_defaults(kind):
             assert set(settings) == set(cls.Config.__dataclass_fields__)
             continue
         assert settings == asdict(cls.Config()), name
+
+
+class Liar:
+    """Answers every asked concept wrong (the true value flipped)."""
+
+    def __call__(self, batch, state, mask):
+        return 1.0 - batch["c"].to(state.probs)
+
+
+def test_answer_exchange_rows_equal_the_replay_by_hand():
+    """0.4.1's answer exchange: ``oracle+liar`` is the oracle's answers with the liar's on concept 0 (the
+    rule's heaviest); replayed by hand on the same masks, and exact at k = max from the rule itself."""
+    model, data = rule_model(), batches()
+    ivs = {"oracle": OracleIntervener(), "liar": Liar()}
+    grid = run_grid(model, data, ivs, {"random": RandomPolicy(0)}, [0, 1, 2, 4], per_example=True, exchange=("oracle", "liar", [0]))
+    assert grid.meta["exchange"] == {"oracle+liar": {"answers": "oracle", "with": "liar", "columns": [0]},
+                                     "liar+oracle": {"answers": "liar", "with": "oracle", "columns": [0]}}  # fmt: skip
+    x, c, y = (torch.cat([b[key] for b in data]) for key in ("x", "c", "y"))
+    w = torch.tensor(W)
+    for k in (1, 2, 4):
+        mask = grid.examples[("oracle", "random", k)]["mask"]
+        for name, flip in (("oracle+liar", torch.tensor([1.0, 0, 0, 0])), ("liar+oracle", torch.tensor([0.0, 1, 1, 1]))):
+            answers = (c - flip).abs()  # the flipped columns answered wrong, the others right
+            probs = torch.where(mask, answers, torch.sigmoid(x))
+            by_hand = ((probs @ w + B0 > 0).long() == y).float().mean().item()
+            row = grid.row(name, "random", k)
+            assert row["accuracy"] == pytest.approx(by_hand, abs=1e-6)
+            assert row["mean_requested"] == grid.row("oracle", "random", k)["mean_requested"] == k
+    # every concept asked: the rule on the answers themselves
+    assert grid.row("oracle+liar", "random", 4)["accuracy"] == pytest.approx(
+        (((c - torch.tensor([1.0, 0, 0, 0])).abs() @ w + B0 > 0).long() == y).float().mean().item())
+    assert grid.row("oracle", "random", 4)["accuracy"] == 1.0 > grid.row("oracle+liar", "random", 4)["accuracy"]
+    for name in ("oracle+liar", "liar+oracle"):  # no answers at k = 0: the model's own prediction
+        assert grid.row(name, "random", 0)["accuracy"] == grid.row("oracle", "random", 0)["accuracy"]
+    with pytest.raises(ValueError, match="two different interveners"):
+        run_grid(model, data, ivs, {"random": RandomPolicy(0)}, [0, 1], exchange=("oracle", "oracle", [0]))
+    with pytest.raises(ValueError, match="two different interveners"):
+        run_grid(model, data, ivs, {"random": RandomPolicy(0)}, [0, 1], exchange=("oracle", "expert", [0]))

@@ -55,6 +55,20 @@ def test_app_writes_results_and_plot(workdir):
     assert grid.meta["dataset"] == "robot" and len(grid.meta["concepts"]) == 7
 
 
+def test_app_answer_exchange_rows(workdir):
+    """``exchange``: two more rows per policy and k, named first+second / second+first, on the same
+    requests; the expert with the oracle's answers on every asked concept would be the oracle."""
+    grid = intervene.run(cfg(workdir, "out_x", ks=[0, 1, "max"], policy={"random": {}},
+                             exchange={"first": "expert", "second": "oracle", "concept": "knees"}))  # fmt: skip
+    assert [(r["intervener"], r["k"]) for r in grid.rows[-6:]] == [
+        ("expert+oracle", 0), ("expert+oracle", 1), ("expert+oracle", 7), ("oracle+expert", 0), ("oracle+expert", 1), ("oracle+expert", 7)]
+    knees = grid.meta["concepts"].index("knees")
+    assert grid.meta["exchange"]["expert+oracle"] == {"answers": "expert", "with": "oracle", "columns": [knees]}
+    for name in ("expert+oracle", "oracle+expert"):
+        assert grid.row(name, "random", 0)["accuracy"] == grid.row("oracle", "random", 0)["accuracy"]
+        assert grid.row(name, "random", 7)["mean_requested"] == 7
+
+
 def test_app_restricted_concepts_and_empirical_prior(workdir):
     names = ["knees", "mouth_closed"]
     grid = intervene.run(
@@ -83,6 +97,10 @@ def test_app_restricted_concepts_and_empirical_prior(workdir):
         ({"intervener": {"llm": {}}}, "needs client"),
         ({"intervener": {"expert": {"per_concept": {"wings": 0.9}}}}, "unknown concept 'wings'"),
         ({"split": "dev"}, "split must be one of"),
+        ({"exchange": {"first": "oracle", "second": "expert"}}, "exchange needs first, second and concept together"),
+        ({"exchange": {"first": "expert", "second": "expert", "concept": "knees"}}, "two different interveners"),
+        ({"exchange": {"first": "oracle", "second": "llm", "concept": "knees"}}, "['llm'] not among the selected interveners"),
+        ({"exchange": {"first": "oracle", "second": "expert", "concept": "wings"}}, "exchange.concept: unknown concept 'wings'"),
     ],
 )
 def test_bad_requests_fail_with_one_clear_line(workdir, capsys, overrides, message):
