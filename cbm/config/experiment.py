@@ -158,8 +158,9 @@ class ExperimentConfig:
     #: Paired differences over seeds shown in the report (Gain is always paired with its black box).
     compare: Compare = field(default_factory=Compare)
     #: The paper's numbers shown beside ours: ``{table: {setting: {model: {column: value}}}}``; the
-    #: ``interventions`` numbers stand beside the oracle rows of ``policy`` (default ``random``).
-    paper: dict[str, Any] = field(default_factory=dict)
+    #: ``interventions`` numbers stand beside the oracle rows of ``policy`` (default ``random``); ``null``
+    #: drops the numbers a preset inherits (another rule's, say).
+    paper: dict[str, Any] | None = field(default_factory=dict)
     #: Prices of the report's "Cost of a check" table: ``{name: cost spec}`` (the spec of
     #: ``cbm-intervene costs.concepts``: ``{concept or glob: cost, rest: 1}``); every automation cell's
     #: NWA is recomputed under each, ``coverage - sum_j cost_j * share asked for j / m`` (0.4.1).
@@ -172,6 +173,7 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("no experiment chosen: cbm-experiment +experiment=<name> (see conf/experiment/)")
+        self.paper = self.paper or {}
         check_component(self.name, "name")  # the default output_dir is experiments/<name>
         for where, names in (("settings", self.settings), ("models", self.models)):
             if not names:
