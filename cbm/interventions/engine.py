@@ -44,7 +44,8 @@ from cbm.models.devices import model_device, to_device  # noqa: F401 (the engine
 
 #: Columns of ``results.csv`` (and the keys of each row).
 #: ``k`` is the budget: concepts, or cost units when the grid has costs (``mean_cost``: what was spent).
-COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "mean_cost", "n_examples", "seconds"]
+COLUMNS = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting", "mean_cost", "mean_edits", "frac_changed",
+           "n_examples", "seconds"]  # fmt: skip
 
 PolicyLike = Policy | Callable[[], Policy]
 #: The engine sees all the data it scores: its metrics never synchronise across processes
@@ -114,7 +115,9 @@ class ResultsGrid:
         cols = ["intervener", "policy", "k", "accuracy", "gain", "mean_requested", "frac_requesting"]
         if self.meta.get("budget_unit") == "cost":
             cols.append("mean_cost")
-        rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}", "mean_cost": f"{r.get('mean_cost', 0.0):.2f}"} for r in self.rows]
+        cols += ["mean_edits", "frac_changed"]
+        rows = [{**r, "mean_requested": f"{r['mean_requested']:.2f}", "mean_cost": f"{r.get('mean_cost', 0.0):.2f}",
+                 "mean_edits": f"{r.get('mean_edits', 0.0):.2f}", "frac_changed": f"{r.get('frac_changed', 0.0):.3f}"} for r in self.rows]  # fmt: skip
         for r in rows:
             if r.get("gain") is not None:
                 r["gain"] = f"{100 * r['gain']:+.2f}"
@@ -301,6 +304,9 @@ def run_grid(
     req = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     cost = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
     frac = {(p, k): MeanMetric(**LOCAL).to(device) for p in policies for k in ks}
+    every = combos + [(s, p, k) for s in swaps for p in policies for k in ks]
+    edits = {c: MeanMetric(**LOCAL).to(device) for c in every}  # answers unlike the model's 1[p > 0.5], per example
+    changed = {c: MeanMetric(**LOCAL).to(device) for c in every}  # predictions the answers change
     seconds = {c: 0.0 for c in combos}
     keep: dict[tuple[str, str, int], dict[str, list[Tensor]]] = {c: {} for c in combos} if per_example else {}
     counter: ConceptCounter | None = None
@@ -342,6 +348,7 @@ def run_grid(
                 cost[(pname, k)].update(spent(mask, costs))
                 frac[(pname, k)].update((n_req > 0).float())
                 answered = mask if unit_of is None else expand(mask, unit_of)
+                own = state.probs > THRESHOLD
                 answers: dict[str, Tensor] = {}
                 for iname, intervener in interveners.items():
                     t1 = time.perf_counter()
@@ -355,6 +362,7 @@ def run_grid(
                     if stats_ok:
                         counter.add(c, answered, values)
                     acc[c].update(pred, y)
+                    _tally(edits[c], changed[c], answered, own, values, pred, base_pred)
                     seconds[c] += t_policy + time.perf_counter() - t1
                     if per_example:
                         out = keep[c]
@@ -363,16 +371,17 @@ def run_grid(
                         if "idx" in batch:
                             out.setdefault("idx", []).append(batch["idx"].cpu())
                 for name, (a, b, j) in swaps.items():  # one concept's answers exchanged between two interveners
-                    pred = base_pred
+                    pred, mixed = base_pred, None
                     if answers:
                         mixed = answers[a].clone()
                         mixed[:, j] = answers[b][:, j]
                         pred = _replay(model, state, answered, mixed, encoding, implications if propagate else None)
                     acc[(name, pname, k)].update(pred, y)
+                    _tally(edits[(name, pname, k)], changed[(name, pname, k)], answered, own, mixed, pred, base_pred)
     if total == 0:
         raise ValueError("no examples to evaluate interventions on")
     rows = []
-    for c in combos + [(s, p, k) for s in swaps for p in policies for k in ks]:
+    for c in every:
         iname, pname, k = c
         seconds.setdefault(c, 0.0)
         a = float(acc[c].compute())
@@ -386,6 +395,8 @@ def run_grid(
                 "mean_requested": float(req[(pname, k)].compute()),
                 "frac_requesting": float(frac[(pname, k)].compute()),
                 "mean_cost": float(cost[(pname, k)].compute()),
+                "mean_edits": float(edits[c].compute()),
+                "frac_changed": float(changed[c].compute()),
                 "n_examples": total,
                 "seconds": seconds[c],
             }
@@ -402,6 +413,14 @@ def run_grid(
         meta["exchange"] = {name: {"answers": a, "with": b, "columns": j} for name, (a, b, j) in swaps.items()}
     stats = counter.to_dict(combos) if stats_ok and counter is not None else None
     return ResultsGrid(rows, blackbox_accuracy, meta, examples, stats)
+
+
+def _tally(edits: MeanMetric, changed: MeanMetric, answered: Tensor, own: Tensor, values: Tensor | None, pred: Tensor, base: Tensor) -> None:
+    """Per example: the answers unlike the model's own ``1[p > 0.5]`` (0.4.1's concept edits; every
+    answer is a confirmation) and whether the prediction changed."""
+    flips = (answered & ((values > THRESHOLD) != own)).sum(1) if values is not None else torch.zeros(len(pred), device=pred.device)
+    edits.update(flips.float())
+    changed.update((pred != base).float())
 
 
 def _replay(model: Any, state: Any, answered: Tensor, values: Tensor, encoding: Any, implications: Implications | None) -> Tensor:

@@ -232,3 +232,28 @@ def test_answer_exchange_rows_equal_the_replay_by_hand():
         run_grid(model, data, ivs, {"random": RandomPolicy(0)}, [0, 1], exchange=("oracle", "oracle", [0]))
     with pytest.raises(ValueError, match="two different interveners"):
         run_grid(model, data, ivs, {"random": RandomPolicy(0)}, [0, 1], exchange=("oracle", "expert", [0]))
+
+
+def test_edits_and_changed_predictions_count_what_the_answers_did():
+    """0.4.1's intervention_metrics: an answer unlike the model's own 1[p > 0.5] is an edit; a prediction
+    differing from k = 0 is changed. The model's own answers edit nothing and change nothing; the liar
+    edits every answer the detector reads right; counted by hand on the same masks. The toy reads soft
+    probabilities, so the own answers (hardened) still change predictions, as 0.4.1's own-answers table measures."""
+    from cbm.interventions.interveners.self_ import SelfIntervener
+
+    model, data = rule_model(), batches()
+    grid = run_grid(model, data, {"self": SelfIntervener(), "liar": Liar(), "oracle": OracleIntervener()}, {"random": RandomPolicy(0)},
+                    [0, 2, 4], per_example=True)  # fmt: skip
+    x, c, y = (torch.cat([b[key] for b in data]) for key in ("x", "c", "y"))
+    own = x > 0  # sigmoid(x) > 0.5
+    base = (torch.sigmoid(x) @ torch.tensor(W) + B0 > 0).long()
+    for k in (0, 2, 4):
+        assert grid.row("self", "random", k)["mean_edits"] == 0.0
+        mask = grid.examples[("liar", "random", k)]["mask"]
+        for iv, answers in (("liar", 1 - c), ("oracle", c), ("self", own.float())):
+            row, ex = grid.row(iv, "random", k), grid.examples[(iv, "random", k)]
+            assert row["mean_edits"] == pytest.approx((mask & ((answers > 0.5) != own)).sum(1).float().mean().item(), abs=1e-6)
+            assert row["frac_changed"] == pytest.approx((ex["pred"] != base).float().mean().item(), abs=1e-6)
+    assert grid.row("oracle", "random", 4)["mean_edits"] == pytest.approx(((c > 0.5) != own).sum(1).float().mean().item(), abs=1e-6)
+    assert grid.row("liar", "random", 4)["mean_edits"] + grid.row("oracle", "random", 4)["mean_edits"] == pytest.approx(4.0)
+    assert grid.row("self", "random", 0)["frac_changed"] == 0.0 < grid.row("self", "random", 4)["frac_changed"]
