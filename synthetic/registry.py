@@ -16,6 +16,7 @@ from synthetic.resources import check_footprint
 DATASETS: dict[str, tuple[str, str]] = {
     "robot": ("synthetic.robot", "RobotConfig"),
     "sudoku": ("synthetic.sudoku", "SudokuConfig"),
+    "cub": ("synthetic.real.cub", "CUBConfig"),
 }
 
 

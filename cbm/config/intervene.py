@@ -110,6 +110,9 @@ class InterveneConfig:
     costs: CostConfig = field(default_factory=lambda: CostConfig())
     #: Concept structure: ``hierarchy.propagate`` answers along implications.
     hierarchy: HierarchyConfig = field(default_factory=lambda: HierarchyConfig())
+    #: Reveal the data's concept groups (CUB's 28 attribute groups): asking one concept of a group asks
+    #: the group (one request, every concept of it answered) and ``ks`` count groups.
+    groups: bool = False
     #: Answer exchange between two interveners on one concept (``exchange.first / second / concept``).
     exchange: ExchangeConfig = field(default_factory=lambda: ExchangeConfig())
     #: Names of the concepts policies may request (default all).

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from cbm.core.atomic import savefig_atomic
 from cbm.experiments.stats import summarise
-from cbm.experiments.tables import ARCH_ORDER, k_label
+from cbm.experiments.tables import ARCH_ORDER, grid_max, k_label
 
 MARKERS = "osD^v<>ph*"
 
@@ -65,7 +65,7 @@ def accuracy_vs_k(cells: list[dict[str, Any]], setting: str, path: Path, interve
         if cell["setting"] != setting:
             continue
         res = cell["_results"]
-        m = len(res.get("meta", {}).get("concepts", []))
+        m = grid_max(res)
         if res.get("blackbox_accuracy") is not None:
             bb[cell["seed"]] = res["blackbox_accuracy"]
         for r in res["rows"]:
@@ -144,7 +144,7 @@ def gain_vs_setting(cells: list[dict[str, Any]], settings: list[str], path: Path
     gains: dict[str, dict[str, list[float]]] = {}
     for cell in cells:
         res = cell["_results"]
-        m = len(res.get("meta", {}).get("concepts", []))
+        m = grid_max(res)
         for r in res["rows"]:
             if (r["intervener"], r["policy"], k_label(r["k"], m)) == ("oracle", "random", "max") and r.get("gain") is not None:
                 gains.setdefault(cell["model"], {}).setdefault(cell["setting"], []).append(r["gain"])

@@ -80,6 +80,22 @@ def text_describer(dm: Any) -> Any:
     return describe
 
 
+def reveal_units(c: InterveneConfig, model: Any, dm: Any, names: list[str]) -> Any:
+    """The units one answer reveals (``long [m]``), ``None`` for single concepts: the data's concept
+    groups with ``groups=true`` (``info['intervention_groups']``), else the model's categorical concepts."""
+    from cbm.models.concept_types import ConceptTypes
+
+    if not c.groups:
+        return model.types.unit_of if model.types.groups else None
+    declared = (getattr(getattr(dm, "data", None), "info", None) or {}).get("intervention_groups")
+    if not declared:
+        raise ValueError("groups=true: this data declares no concept groups (data=cub has its attribute groups)")
+    if model.types.groups:
+        raise ValueError("groups=true: the model has categorical concepts, already asked whole; use groups=false")
+    kept = {g: [n for n in cols if n in names] for g, cols in declared.items()}
+    return ConceptTypes.build(names, {g: cols for g, cols in kept.items() if cols}, None).unit_of
+
+
 def exchange_columns(c: InterveneConfig, model: Any) -> tuple[str, str, list[int]] | None:
     """``(first, second, columns)`` of ``c.exchange`` for ``run_grid`` (``None``: off); the concept is a
     column of the model or a categorical concept (all its columns); an unknown name is one error."""
@@ -124,8 +140,9 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     allowed = concept_indices(c.concepts, names)
     costs = cost_vector(names, c.costs.concepts)
     requestable = list(allowed if allowed is not None else range(len(names)))
-    unit_of = model.types.unit_of if model.types.groups else None  # a categorical concept is asked once
-    ks = resolve_ks(c.ks, budget_total(costs, requestable, unit_of))
+    unit_of = reveal_units(c, model, dm, names)  # a categorical concept / a group of the data is asked once
+    k_max = budget_total(costs, requestable, unit_of)
+    ks = resolve_ks(c.ks, k_max)
     ctx = BuildContext(seed=c.seed, concept_names=tuple(names), allowed=allowed, costs=None if costs is None else costs.tolist(),
                        labels=lambda: dm.split("train").tensors["c"],
                        describe=text_describer(dm), model=model, validation=lambda: dm.whole("val"))  # fmt: skip
@@ -140,7 +157,7 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
         wb = wandb_run.start_follower(c.logger.wandb, job_type="intervene", checkpoint=c.checkpoint, run_dir=out_dir, config=config)
         implied = concept_implications(data_cfg)
         structure = None if implied is None else Implications.build(names, implied)
-        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device, costs, structure)
+        grid = _grid(model, loader, interveners, policies, ks, c, bb, levels, names, allowed, device, costs, structure, unit_of, k_max)
         paths = grid.save(out_dir)
         if wb is not None:
             wandb_run.log_intervention_results(wb, grid.rows, bb)
@@ -155,14 +172,15 @@ def run(cfg: DictConfig | dict | InterveneConfig) -> ResultsGrid:
     return grid
 
 
-def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None, structure=None) -> ResultsGrid:
+def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, levels, names, allowed, device, costs=None, structure=None,
+          unit_of=None, k_max=0) -> ResultsGrid:  # fmt: skip
     """The grid of every intervener x policy x k, with what the results file records about the run."""
     from cbm.interventions.engine import run_grid
     from cbm.interventions.interveners.llm import LLMIntervener
 
     grid = run_grid(model, loader, interveners, policies, ks, per_example=c.per_example, blackbox_accuracy=bb, encoding=levels,
                     costs=costs, per_cost=c.costs.per_cost, implications=structure, propagate=c.hierarchy.propagate,
-                    exchange=exchange_columns(c, model))  # fmt: skip
+                    exchange=exchange_columns(c, model), units=unit_of)  # fmt: skip
     grid.meta.update(
         checkpoint=str(c.checkpoint),
         dataset=model.info.dataset,
@@ -172,6 +190,8 @@ def _grid(model, loader, interveners, policies, ks, c: InterveneConfig, bb, leve
         device=str(device),
         config=OmegaConf.to_container(OmegaConf.structured(c)),
         title=f"{model.info.dataset} / {model.cfg.name} ({c.split})",
+        k_max=k_max,  # what 'max' resolved to: concepts, groups or cost units
+        units="groups" if c.groups else "concepts",
         encoding=c.encoding.kind,
         encoding_levels=None if levels is None else {n: [float(levels[0, j]), float(levels[1, j])] for j, n in enumerate(names)},
     )

@@ -86,6 +86,13 @@ def k_label(k: int, m: int) -> str:
     return "max" if m and k == m else str(k)
 
 
+def grid_max(results: dict[str, Any]) -> int:
+    """The budget ``max`` resolved to in an intervention grid's ``results.json``: ``meta.k_max`` (groups
+    or cost units), else the number of concepts (grids written before it was recorded)."""
+    meta = results.get("meta", {})
+    return int(meta.get("k_max") or len(meta.get("concepts", [])))
+
+
 # ----------------------------------------------------------------------------- training
 def training_rows(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per (setting, model) over seeds: swept settings, task / concept accuracy, oracle."""
@@ -177,7 +184,7 @@ def by_seed(cells: list[dict[str, Any]]) -> tuple[dict[tuple, dict[int, float]],
     labels: list[str] = []
     for cell in cells:
         res = cell["_results"]
-        m = len(res.get("meta", {}).get("concepts", []))
+        m = grid_max(res)
         if res.get("blackbox_accuracy") is not None:
             bb.setdefault(cell["setting"], {})[cell["seed"]] = res["blackbox_accuracy"]
         for r in res["rows"]:

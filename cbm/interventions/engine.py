@@ -263,6 +263,7 @@ def run_grid(
     implications: Implications | None = None,
     propagate: bool = False,
     exchange: tuple[str, str, Sequence[int]] | None = None,
+    units: Tensor | None = None,
 ) -> ResultsGrid:
     """Evaluate every (intervener, policy, k) on ``batches`` (budgets ``ks`` already resolved).
 
@@ -281,6 +282,9 @@ def run_grid(
     ``first+second`` (the first's answers with the second's on ``columns``, one concept) and
     ``second+first`` say how much of the gap between them that concept's answers make (0.4.1's
     answer-exchange table).
+    ``units`` (``long [m]``, :attr:`cbm.models.concept_types.ConceptTypes.unit_of`): groups of concepts
+    one answer reveals (the data's, e.g. CUB's attribute groups): asking one asks its group, a budget
+    counts groups; default: the model's categorical concepts.
     """
     if not getattr(model, "has_concepts", True):
         raise ValueError("the black-box model has no concepts to intervene on")
@@ -288,7 +292,7 @@ def run_grid(
     types = getattr(model, "types", None)
     # typed concepts: asking one value of a categorical concept asks the concept (one request, one
     # cost; every column of it answered); budgets are filled through the policies' rankings
-    unit_of = types.unit_of if types is not None and types.groups else None
+    unit_of = units if units is not None else types.unit_of if types is not None and types.groups else None
     if any(k < 0 for k in ks):
         raise ValueError(f"intervention budgets must be >= 0, got {ks}")
     if not interveners or not policies:

@@ -75,7 +75,25 @@ def build_fixtures(root: Path) -> Path:
     (f / "max_metrics").mkdir()
     (f / "max_metrics" / "metrics.json").write_text(json.dumps({"model": "cbm", "dataset": "robot", "oracle_random": {"max": 1.0}}))
     (f / "bb_list.json").write_text("[1, 2]")
+    cub_layouts(f)
     return root
+
+
+def cub_layouts(f: Path) -> None:
+    """Tiny CUB-200-2011 copies, each with one defect: a missing attribute file, a split file naming
+    an image that does not exist, an image that does not open."""
+    import shutil
+
+    from synthetic.real.fixtures import write_cub
+
+    good = write_cub(f / "cub_good", per_class=2)
+    for name in ("cub_noattr", "cub_badsplit", "cub_badimage"):
+        shutil.copytree(good, f / name)
+    (f / "cub_noattr" / "CUB_200_2011" / "attributes" / "image_attribute_labels.txt").unlink()
+    split = f / "cub_badsplit" / "CUB_200_2011" / "train_test_split.txt"
+    split.write_text(split.read_text().replace("\n3 ", "\n999 ", 1))
+    first = (f / "cub_badimage" / "CUB_200_2011" / "images.txt").read_text().split()[1]
+    (f / "cub_badimage" / "CUB_200_2011" / "images" / first).write_bytes(b"not a jpeg")
 
 
 def run_cli(fx: Path, prog: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -105,6 +105,13 @@ TRAIN = [
     ("resume=FX/run", "already finished"),
 ]
 TRAIN_MULTI = [
+    (["data=cub", "data.root=''"], "data.root: the folder holding CUB_200_2011/ is required"),
+    (["data=cub", "data.root=FX/files/a_file"], "cub: data.root FX/files/a_file is not a folder"),
+    (["data=cub", "data.root=FX/files/cub_noattr"], "cub: missing FX/files/cub_noattr/CUB_200_2011/attributes/image_attribute_labels.txt"),
+    (["data=cub", "data.root=FX/files/cub_badsplit"], "cub: FX/files/cub_badsplit/CUB_200_2011/train_test_split.txt: id 999 is not an image id (1..8)"),
+    (["data=cub", "data.root=FX/files/cub_badimage", "data.concepts=voted", "data.min_class_count=1"], "cub: image FX/files/cub_badimage/CUB_200_2011/images/"),
+    (["data=cub", "data.root=FX/files/cub_good", "data.concepts=majority"], "data.concepts"),
+    (["data=cub", "data.root=FX/files/cub_good", "data.val_fraction=0.6", "data.calib_fraction=0.5"], "data.val_fraction + data.calib_fraction must be < 1"),
     (["model=cem", "model.randint_prob=2"], "randint_prob"),
     (["model=probcbm", "model.n_samples_train=0"], "n_samples_train"),
     (["model=probcbm", "model.warmup_epochs=-1"], "model.warmup_epochs must be >= 0, got -1"),
@@ -189,6 +196,7 @@ INTERVENE = [
     (["checkpoint=FX/run", "hierarchy.propagate=maybe"], "Value 'maybe' is not a valid bool"),
     (["checkpoint=FX/run", "+hierarchy.depth=2"], "Key 'depth' not in 'HierarchyConfig'"),
     (["checkpoint=FX/run", "exchange.first=expert"], "exchange needs first, second and concept together"),
+    (["checkpoint=FX/run", "groups=maybe"], "Value 'maybe' is not a valid bool"),
     (["checkpoint=FX/run", "exchange.first=oracle", "exchange.second=oracle", "exchange.concept=knees"], "two different interveners"),
     (["checkpoint=FX/run", "exchange.first=llm", "exchange.second=oracle", "exchange.concept=knees"], "['llm'] not among the selected interveners"),
     (["checkpoint=FX/run", "exchange.first=expert", "exchange.second=oracle", "exchange.concept=wings"], "exchange.concept: unknown concept 'wings'"),
@@ -198,6 +206,7 @@ INTERVENE = [
     (["checkpoint=FX/run", "nope=1"], "unknown key 'nope'"),
 ]
 INTERVENE_LATE = [
+    (["checkpoint=FX/run", "groups=true"], "groups=true: this data declares no concept groups (data=cub has its attribute groups)"),
     (["checkpoint=FX/files/evil.ckpt"], "could run code (refused)"),
     (["checkpoint=FX/files/random.ckpt"], "is not a readable checkpoint"),
     (["checkpoint=FX/files/truncated.ckpt"], "is not a readable checkpoint"),

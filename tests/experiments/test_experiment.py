@@ -37,10 +37,12 @@ def test_every_preset_has_a_smoke_variant():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_composes_and_every_cell_validates(preset, tmp_path):
+def test_every_preset_composes_and_every_cell_validates(preset, tmp_path, monkeypatch):
     """The command-line front composes each cell's cbm-train / cbm-intervene / cbm-automate config
     and validates it by that command's schema, so a preset cannot fail halfway through a table
     (in a fresh output_dir: cells a checkout ran earlier with other settings would be refused)."""
+    if preset.startswith("real_"):
+        monkeypatch.setenv("CBM_CUB_ROOT", real_data_env(preset, tmp_path)["CBM_CUB_ROOT"])
     precheck("experiment", [f"+experiment={preset}", f"output_dir={tmp_path}"], experiment.validate)
 
 
@@ -255,9 +257,25 @@ def test_automation_rows_keep_failed_calibrations_as_na():
     assert cols[-3:] == ["paper coverage %", "paper NWA %", "note"]
 
 
+def real_data_env(preset: str, where: Path) -> dict[str, str]:
+    """The environment a preset runs in: a real-data preset (``real_*``) reads a CUB fixture in the
+    published layout written under ``where`` (``CBM_CUB_ROOT``)."""
+    env = dict(os.environ)
+    if preset.startswith("real_"):
+        from synthetic.real.fixtures import write_cub
+
+        root = where / "cub_fixture"
+        if not (root / "CUB_200_2011" / "images.txt").is_file():
+            write_cub(root, per_class=8)
+        env["CBM_CUB_ROOT"] = str(root)
+    return env
+
+
 def run_experiment(tmp_path, shared_cache, *args, out: Path | None = None):
+    preset = next((a.split("=", 1)[1] for a in args if a.startswith("+experiment=")), "")
     return subprocess.run([sys.executable, "-m", "cbm.experiments.experiment", *args, f"output_dir={out or tmp_path / 'exp'}",
-                           f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path, timeout=1800)  # fmt: skip
+                           f"cache_dir={shared_cache}"], capture_output=True, text=True, cwd=tmp_path, timeout=1800,
+                          env=real_data_env(preset, tmp_path))  # fmt: skip
 
 
 #: ``make test`` points this and the notebooks (``CBM_NOTEBOOK_OUT``) at one folder: the notebooks
@@ -362,6 +380,11 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"
         assert rows["cbm"]["true values (points)"].startswith("+")
+    if preset == "real_cbm_smoke":  # the fixture's 7 attribute groups revealed whole: k counts groups
+        for cell in (c for c in manifest["cells"] if c["stage"] == "intervene"):
+            meta = json.loads((root / cell["dir"] / "results.json").read_text())["meta"]
+            assert meta["units"] == "groups" and meta["k_max"] == 7 and meta["ks"] == [0, 1, 3, 7], meta
+        assert {r["model"] for r in report["interventions"]} == {"blackbox", "cbm", "cem", "probcbm"}
     if preset == "paper_v04_answer_exchange_smoke":  # both interveners, each with the other's knees, in the paper's order
         rows = report["answer exchange"]
         assert [r["answers"] for r in rows] == ["oracle on every concept", "expert on every concept",

@@ -102,7 +102,10 @@ def places(tmp_path_factory) -> dict[str, Path]:
     write_pairs(root / "pairs.jsonl")
     write_edct_run(root / "edct")
     write_edct_run(root / "edct2")  # a second run of the same settings (stability_runs)
-    return {"run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
+    from synthetic.real.fixtures import write_cub
+
+    write_cub(root / "cub", per_class=2)  # data.root=/data/cub and CBM_CUB_ROOT: a CUB in its published layout
+    return {"cub": root / "cub", "run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
             "pairs": root / "pairs.jsonl"}  # fmt: skip
 
 
@@ -157,6 +160,7 @@ def fill(line: str, places: dict[str, Path]) -> list[str]:
         line = re.sub(r"cbm-report diagnose \S+", f"cbm-report diagnose {places['run']}", line)
     elif line.startswith("cbm-report "):  # a sweep or experiment directory
         line = re.sub(r"cbm-report \S+", f"cbm-report {places['run'].parent}", line)
+    line = line.replace("/data/cub", str(places["cub"]))
     return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))
 
 
@@ -165,7 +169,7 @@ def test_help_example_is_accepted(line, places, tmp_path, request):
     if "/models/" in line or "/tmp/tiny-vlm" in line:
         places = {**places, "model": request.getfixturevalue("model_dir")}
     prog, *args = fill(line, places)
-    env = {**os.environ, **KEYS, "CBM_DRY_RUN": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **KEYS, "CBM_DRY_RUN": "1", "PYTHONWARNINGS": "ignore", "CBM_CUB_ROOT": str(places["cub"])}
     before = set(tmp_path.rglob("*"))
     if forkserver.available():  # the console script's module, forked without its imports' cost
         res = run_forked(prog, args, tmp_path, env, timeout=300)

@@ -1,0 +1,247 @@
+"""CUB-200-2011 (Wah et al. 2011) as concept bottleneck models read it (Koh et al. 2020).
+
+``data.root`` holds the dataset as Caltech ships it (``CUB_200_2011.tgz`` unpacked): a folder
+``CUB_200_2011/`` with ``images.txt``, ``image_class_labels.txt``, ``train_test_split.txt``,
+``classes.txt``, ``attributes/image_attribute_labels.txt`` and ``images/``, and the 312 attribute
+names in ``attributes.txt`` (beside ``CUB_200_2011/`` in the archive, or inside it). ``root`` may be
+the folder holding ``CUB_200_2011/`` or that folder itself.
+
+Concepts (``concepts``):
+
+- ``koh112`` (Koh et al.'s CBM, the default): each class's attribute labels by majority vote over
+  its training images (a "not visible" absent answer, certainty 1, does not vote; a tie, no votes
+  included, is present), every image labelled with its class's votes, on the paper's 112 attributes
+  (:data:`KOH_112`; Koh et al.'s validation draw was unseeded, so the votes are recomputed on ours);
+- ``voted``: the same votes, keeping the attributes present in at least ``min_class_count`` classes
+  (the rule that chose the 112);
+- ``instance``: all 312 attributes as annotated on each image.
+
+Splits: the official test images are the test split; ``val_fraction`` of the official training
+images (drawn with ``seed``) the validation split, as Koh et al. draw 20%; ``calib_fraction`` of them
+a calibration split for ``cbm-automate`` (0 by default: the paper has none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from synthetic.base import SPLITS, SyntheticData
+from synthetic.cache import cached_arrays
+from synthetic.real.layout import LayoutError, id_table, load_image, named_rows, need_file, read_columns
+
+NAME = "CUB-200-2011"
+#: The files every CUB reader needs, relative to the ``CUB_200_2011`` folder.
+FILES = ("images.txt", "image_class_labels.txt", "train_test_split.txt", "classes.txt", "attributes/image_attribute_labels.txt")
+CONCEPT_MODES = ("koh112", "voted", "instance")
+#: The 112 attributes of Koh et al. (2020), 1-based ``attribute_id`` of ``attributes.txt`` (their
+#: ``generate_new_data.py``; the same list as CEM's and pytorch-concepts' ``SELECTED_CONCEPTS``, 0-based there).
+KOH_112 = (
+    2, 5, 7, 8, 11, 15, 16, 21, 22, 24, 26, 30, 31, 36, 37, 39, 41, 45, 46, 51, 52, 54, 55, 57, 58, 60, 64, 65, 70, 71, 73, 76,
+    81, 85, 91, 92, 94, 100, 102, 107, 111, 112, 117, 118, 120, 126, 127, 132, 133, 135, 146, 150, 152, 153, 154, 158, 159,
+    164, 165, 169, 173, 179, 180, 182, 184, 188, 189, 194, 195, 197, 199, 203, 204, 209, 210, 212, 213, 214, 219, 221, 222,
+    226, 236, 237, 239, 240, 241, 243, 244, 245, 250, 254, 255, 260, 261, 263, 269, 275, 278, 284, 290, 293, 294, 295, 299,
+    300, 305, 306, 309, 310, 311, 312,
+)  # fmt: skip
+#: Attributes in ``attributes.txt`` of the published dataset.
+N_ATTRIBUTES = 312
+#: ``certainty_id`` of an answer the annotator could not see (``attributes/certainties.txt``: 1 not visible).
+NOT_VISIBLE = 1
+#: Bytes a row takes besides its image (labels, concepts, meta).
+ROW_OVERHEAD = 2048
+
+
+@dataclass
+class CUBConfig:
+    """``data=cub``: CUB-200-2011 from ``root`` (see the module docstring)."""
+
+    name: str = "cub"
+    #: The folder holding ``CUB_200_2011/`` (or that folder itself).
+    root: str = ""
+    #: Side of the square images (px): the shorter side resized to it, the centre cropped.
+    image_size: int = 64
+    #: ``koh112`` (Koh et al.'s 112 attributes, class-level votes), ``voted`` (the votes, attributes of
+    #: ``min_class_count`` classes) or ``instance`` (the 312 as annotated).
+    concepts: str = "koh112"
+    #: ``voted``: keep attributes present in at least this many classes (10 in Koh et al.: 112 attributes).
+    min_class_count: int = 10
+    #: Share of the official training images drawn for validation (Koh et al.: 0.2).
+    val_fraction: float = 0.2
+    #: Share of the official training images drawn for calibration (``cbm-automate``).
+    calib_fraction: float = 0.0
+    #: Seed of the validation / calibration draw.
+    seed: int = 0
+    modality: str = "image"
+
+    def __post_init__(self) -> None:
+        from cbm.core.validation import integer, number, one_of
+
+        one_of("data.name", self.name, ("cub",))
+        if not str(self.root):
+            raise ValueError("data.root: the folder holding CUB_200_2011/ is required (nothing is downloaded; see docs/guides/real-data.md)")
+        integer("data.image_size", self.image_size, 8, 1024)
+        one_of("data.concepts", self.concepts, CONCEPT_MODES)
+        integer("data.min_class_count", self.min_class_count, 1, 200)
+        number("data.val_fraction", self.val_fraction, 0.0, 0.9)
+        number("data.calib_fraction", self.calib_fraction, 0.0, 0.9)
+        if self.val_fraction + self.calib_fraction >= 1.0:
+            raise ValueError(f"data.val_fraction + data.calib_fraction must be < 1, got {self.val_fraction} + {self.calib_fraction}")
+        one_of("data.modality", self.modality, ("image",))
+
+    # ---------------------------------------------------------------- layout
+    @property
+    def base(self) -> Path:
+        """The ``CUB_200_2011`` folder (``root`` itself when it holds ``images.txt``)."""
+        root = Path(self.root).expanduser()
+        if not root.is_dir():
+            raise LayoutError(f"cub: data.root {root} is not a folder")
+        return root if (root / "images.txt").is_file() else root / "CUB_200_2011"
+
+    def attribute_names_file(self) -> Path:
+        """``attributes.txt``: beside ``CUB_200_2011/`` (the archive) or inside it."""
+        for p in (self.base.parent / "attributes.txt", self.base / "attributes.txt", self.base / "attributes" / "attributes.txt"):
+            if p.is_file():
+                return p
+        raise LayoutError(f"cub: missing attributes.txt (the 312 attribute names) beside or inside {self.base}")
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Images per split (reads ``train_test_split.txt``, checking the layout on the way)."""
+        return {k: int(v.sum()) for k, v in _split_masks(self, _index(self)["is_train"]).items()}
+
+    def footprint(self, storage: str = "memory") -> dict[str, Any]:
+        """Bytes the images and labels take in memory (:mod:`synthetic.resources`)."""
+        n = sum(self.split_sizes.values())
+        return {"rows": n, "unit": "images", "form": f"{self.image_size} px", "memory": n * (ROW_OVERHEAD + 3 * self.image_size**2),
+                "disk": 0, "disk_possible": False, "knobs": ["image_size"]}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _index(cfg: CUBConfig) -> dict[str, Any]:
+    """The id files, checked: image paths, classes, official split."""
+    base = cfg.base
+    paths = {f: need_file(base, f, "cub") for f in FILES}
+    _, images = named_rows(paths["images.txt"], "cub")
+    n = len(images)
+    _, classes = named_rows(paths["classes.txt"], "cub")
+    label = id_table(paths["image_class_labels.txt"], "cub", n, "class")
+    if label.min() < 1 or label.max() > len(classes):
+        raise LayoutError(f"cub: {paths['image_class_labels.txt']}: class ids must be 1..{len(classes)} (classes.txt)")
+    is_train = id_table(paths["train_test_split.txt"], "cub", n, "split")
+    if not np.isin(is_train, (0, 1)).all():
+        raise LayoutError(f"cub: {paths['train_test_split.txt']}: is_training_image must be 0 or 1")
+    return {"base": base, "paths": paths, "images": images, "classes": classes, "label": label - 1, "is_train": is_train.astype(bool)}
+
+
+def _split_masks(cfg: CUBConfig, is_train: np.ndarray) -> dict[str, np.ndarray]:
+    """Boolean masks of the splits: the official test images, and a seeded draw of the training ones."""
+    train_ids = np.flatnonzero(is_train)
+    order = np.random.default_rng(cfg.seed).permutation(train_ids)
+    n_val, n_cal = int(cfg.val_fraction * len(order)), int(cfg.calib_fraction * len(order))
+    out = {name: np.zeros(len(is_train), dtype=bool) for name in SPLITS}
+    out["val"][order[:n_val]] = True
+    out["calib"][order[n_val : n_val + n_cal]] = True
+    out["train"][order[n_val + n_cal :]] = True
+    out["test"][~is_train] = True
+    return out
+
+
+def _attributes(path: Path, n_images: int, n_attr: int) -> tuple[np.ndarray, np.ndarray]:
+    """``image_attribute_labels.txt``: ``<image_id> <attribute_id> <is_present> <certainty_id> <time>``
+    (a few published lines carry an extra field, ignored) -> present and certainty ``[n_images, n_attr]``."""
+    rows = np.array(read_columns(path, "cub", 4, (int, int, int, int)), dtype=np.int64)
+    img, att, present, cert = rows.T
+    bad = (img < 1) | (img > n_images) | (att < 1) | (att > n_attr) | ~np.isin(present, (0, 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise LayoutError(f"cub: {path}: row {i + 1} ({' '.join(map(str, rows[i]))}) is outside {n_images} images x {n_attr} attributes")
+    out_p = np.zeros((n_images, n_attr), dtype=np.int8)
+    out_c = np.zeros((n_images, n_attr), dtype=np.int8)
+    out_p[img - 1, att - 1] = present
+    out_c[img - 1, att - 1] = cert
+    return out_p, out_c
+
+
+def class_votes(present: np.ndarray, certainty: np.ndarray, label: np.ndarray, n_classes: int) -> np.ndarray:
+    """Koh et al.'s class-level attribute labels ``int8 [n_classes, n_attr]``: per class the majority of
+    its images' answers, an absent answer marked not visible not voting, a tie (no votes included) present.
+
+    >>> p = np.array([[1, 0], [0, 0], [0, 1]]); c = np.array([[3, 1], [3, 1], [3, 3]])
+    >>> class_votes(p, c, np.array([0, 0, 1]), 2).tolist()
+    [[1, 1], [0, 1]]
+    """
+    votes = ~((present == 0) & (certainty == NOT_VISIBLE))
+    yes = np.zeros((n_classes, present.shape[1]), dtype=np.int64)
+    no = np.zeros_like(yes)
+    np.add.at(yes, label, (votes & (present == 1)).astype(np.int64))
+    np.add.at(no, label, (votes & (present == 0)).astype(np.int64))
+    return (yes >= no).astype(np.int8)
+
+
+def _fingerprint(paths: dict[str, Path], names: Path) -> str:
+    """Hash of the label files' bytes: the cache key follows the data, not where it lies."""
+    h = hashlib.sha256()
+    for p in [*paths.values(), names]:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def generate(cfg: CUBConfig) -> SyntheticData:
+    """Read the dataset (every image opened and resized: one line naming any that does not open)."""
+    ix = _index(cfg)
+    _, attr_names = named_rows(cfg.attribute_names_file(), "cub")
+    n = len(ix["images"])
+    present, certainty = _attributes(ix["paths"]["attributes/image_attribute_labels.txt"], n, len(attr_names))
+    masks = _split_masks(cfg, ix["is_train"])
+    label = ix["label"]
+    if cfg.concepts in ("koh112", "voted"):
+        voted = class_votes(present[masks["train"]], certainty[masks["train"]], label[masks["train"]], len(ix["classes"]))
+        keep = np.flatnonzero(voted.sum(0) >= cfg.min_class_count)
+        if cfg.concepts == "koh112":
+            if len(attr_names) != N_ATTRIBUTES:
+                raise LayoutError(f"cub: data.concepts=koh112 names attributes of the published {N_ATTRIBUTES}; "
+                                  f"{cfg.attribute_names_file()} has {len(attr_names)} (use data.concepts=voted)")  # fmt: skip
+            keep = np.array(KOH_112) - 1
+        if not len(keep):
+            raise LayoutError(f"cub: no attribute is present in {cfg.min_class_count} classes of the training images (data.min_class_count)")
+        c = voted[:, keep][label].astype(np.float32)
+    else:
+        keep = np.arange(len(attr_names))
+        c = present.astype(np.float32)
+    split = np.full(n, -1, dtype=np.int8)
+    for name, m in masks.items():
+        split[m] = SPLITS[name]
+    x = np.empty((n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
+    image_dir = ix["base"] / "images"
+    for i, rel in enumerate(ix["images"]):
+        x[i] = load_image(image_dir / rel, cfg.image_size, "cub")
+    names = [attr_names[j] for j in keep]
+    groups: dict[str, list[str]] = {}
+    for nm in names:
+        groups.setdefault(nm.split("::")[0], []).append(nm)
+    return SyntheticData(
+        x=x, c=c, c_true=c.copy(), y=label.astype(np.int64), split=split,
+        meta=np.stack([np.arange(1, n + 1), label + 1], axis=1).astype(np.int64),
+        concept_names=names, true_concept_names=names, class_names=list(ix["classes"]), meta_names=["image_id", "class_id"],
+        modality="image",
+        info={"source": NAME, "concepts": cfg.concepts, "attribute_ids": [int(j) + 1 for j in keep], "intervention_groups": groups},
+    )  # fmt: skip
+
+
+def load(cfg: CUBConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
+    """:func:`generate` through the on-disk cache, keyed by the config (not ``root``) and the label
+    files' bytes: moving the dataset keeps its cache, changing a file makes a new one."""
+    if storage != "memory":
+        raise ValueError(f"data=cub reads its images into memory (data_storage=memory), got '{storage}'")
+    ix = _index(cfg)
+    key = {**{k: v for k, v in asdict(cfg).items() if k != "root"}, "files": _fingerprint(ix["paths"], cfg.attribute_names_file())}
+    arrays = cached_arrays(key, lambda: generate(cfg).to_arrays(), cache_dir, prefix="cub", required=SyntheticData.ARRAY_KEYS)
+    return SyntheticData.from_arrays(arrays)
