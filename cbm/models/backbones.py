@@ -56,7 +56,8 @@ def build_backbone(cfg: BackboneConfig, info: DataInfo) -> Backbone:
         importlib.import_module(_LAZY[name])
     if name not in _REGISTRY:
         raise ValueError(f"unknown backbone '{name}'")
-    expected = {"cnn": "image", "plain_cnn": "image", "resnet18": "image", "mlp": "tabular", "text_bag": "text"}.get(name)
+    expected = {"cnn": "image", "plain_cnn": "image", "resnet18": "image", "resnet50": "image", "vit_b_16": "image", "mlp": "tabular",
+                "text_bag": "text"}.get(name)  # fmt: skip
     if expected and expected != info.modality:
         raise ValueError(f"backbone '{name}' needs {expected} data, but the dataset is {info.modality}")
     return _REGISTRY[name](cfg, info)
@@ -159,9 +160,47 @@ class ResNet18(Backbone):
         return torch.relu(self.net(x))
 
 
+class PretrainedEncoder(Backbone):
+    """A torchvision encoder with local weights (:func:`synthetic.real.encoders.build_encoder`: the
+    same encoders as the feature cache), then ``Linear(width, out_dim)`` + ReLU; ``freeze`` keeps the
+    encoder's weights fixed and its batch norm in eval mode."""
+
+    def __init__(self, cfg: BackboneConfig, info: DataInfo):
+        super().__init__()
+        from synthetic.real.encoders import build_encoder
+
+        side = int(info.in_shape[1]) if len(info.in_shape) == 3 else None
+        enc = build_encoder(cfg.name, str(cfg.weights), image_size=side)
+        self.encoder = enc.module
+        self.freeze = cfg.freeze
+        if cfg.freeze:
+            self.encoder.requires_grad_(False)
+        self.proj = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(enc.out_dim, cfg.out_dim), nn.ReLU())
+        self.out_dim = cfg.out_dim
+
+    def train(self, mode: bool = True) -> PretrainedEncoder:
+        super().train(mode)
+        if self.freeze:
+            self.encoder.eval()
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.encoder(x))
+
+
 @register_backbone("resnet18")
 def _resnet(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
-    return ResNet18(cfg)
+    return ResNet18(cfg) if cfg.weights is None else PretrainedEncoder(cfg, info)
+
+
+@register_backbone("resnet50")
+def _resnet50(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return PretrainedEncoder(cfg, info)
+
+
+@register_backbone("vit_b_16")
+def _vit(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return PretrainedEncoder(cfg, info)
 
 
 class TabularMLP(Backbone):

@@ -24,7 +24,7 @@ a calibration split for ``cbm-automate`` (0 by default: the paper has none).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.cache import cached_arrays
+from synthetic.real.features import FeaturesConfig, with_features
 from synthetic.real.layout import LayoutError, id_table, load_image, named_rows, need_file, read_columns
 
 NAME = "CUB-200-2011"
@@ -76,6 +77,8 @@ class CUBConfig:
     #: Seed of the validation / calibration draw.
     seed: int = 0
     modality: str = "image"
+    #: What the models read: the images, or a pretrained encoder's cached embeddings (``kind: precompute``).
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
     def __post_init__(self) -> None:
         from cbm.core.validation import integer, number, one_of
@@ -242,6 +245,6 @@ def load(cfg: CUBConfig, cache_dir: str | Path | None = None, storage: str = "me
     if storage != "memory":
         raise ValueError(f"data=cub reads its images into memory (data_storage=memory), got '{storage}'")
     ix = _index(cfg)
-    key = {**{k: v for k, v in asdict(cfg).items() if k != "root"}, "files": _fingerprint(ix["paths"], cfg.attribute_names_file())}
+    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": _fingerprint(ix["paths"], cfg.attribute_names_file())}
     arrays = cached_arrays(key, lambda: generate(cfg).to_arrays(), cache_dir, prefix="cub", required=SyntheticData.ARRAY_KEYS)
-    return SyntheticData.from_arrays(arrays)
+    return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)
