@@ -17,6 +17,7 @@ DATASETS: dict[str, tuple[str, str]] = {
     "robot": ("synthetic.robot", "RobotConfig"),
     "sudoku": ("synthetic.sudoku", "SudokuConfig"),
     "cub": ("synthetic.real.cub", "CUBConfig"),
+    "derm7pt": ("synthetic.real.derm7pt", "Derm7ptConfig"),
 }
 
 

@@ -16,7 +16,7 @@ from cbm.core.tables import markdown_table
 from cbm.experiments.stats import mean_se, paired, paired_text
 
 #: Config keys that locate or label a run rather than define it (never a "swept setting").
-NOT_SETTINGS = ("output_dir", "cache_dir", "seed", "interventions", "eval_batch_size", "trainer.enable_progress_bar")
+NOT_SETTINGS = ("output_dir", "cache_dir", "seed", "interventions", "eval_batch_size", "trainer.enable_progress_bar", "data.root")
 ARCH_ORDER = {"blackbox": 0, "cbm": 1, "cem": 2, "probcbm": 3, "ecbm": 4, "hybrid_cbm": 5, "scbm": 6, "intcem": 7, "dcr": 8}
 
 

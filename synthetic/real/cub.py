@@ -70,6 +70,9 @@ class CUBConfig:
     concepts: str = "koh112"
     #: ``voted``: keep attributes present in at least this many classes (10 in Koh et al.: 112 attributes).
     min_class_count: int = 10
+    #: The images of the first this many classes (``classes.txt`` order): ``null`` for all 200, 25 for
+    #: concept-benchmark 0.4.1's CUB-25.
+    classes: int | None = None
     #: Share of the official training images drawn for validation (Koh et al.: 0.2).
     val_fraction: float = 0.2
     #: Share of the official training images drawn for calibration (``cbm-automate``).
@@ -89,6 +92,8 @@ class CUBConfig:
         integer("data.image_size", self.image_size, 8, 1024)
         one_of("data.concepts", self.concepts, CONCEPT_MODES)
         integer("data.min_class_count", self.min_class_count, 1, 200)
+        if self.classes is not None:
+            integer("data.classes", self.classes, 2, 200)
         number("data.val_fraction", self.val_fraction, 0.0, 0.9)
         number("data.calib_fraction", self.calib_fraction, 0.0, 0.9)
         if self.val_fraction + self.calib_fraction >= 1.0:
@@ -114,7 +119,8 @@ class CUBConfig:
     @property
     def split_sizes(self) -> dict[str, int]:
         """Images per split (reads ``train_test_split.txt``, checking the layout on the way)."""
-        return {k: int(v.sum()) for k, v in _split_masks(self, _index(self)["is_train"]).items()}
+        ix = _index(self)
+        return {k: int(v.sum()) for k, v in _split_masks(self, ix["is_train"], ix["label"]).items()}
 
     def footprint(self, storage: str = "memory") -> dict[str, Any]:
         """Bytes the images and labels take in memory (:mod:`synthetic.resources`)."""
@@ -136,22 +142,26 @@ def _index(cfg: CUBConfig) -> dict[str, Any]:
     label = id_table(paths["image_class_labels.txt"], "cub", n, "class")
     if label.min() < 1 or label.max() > len(classes):
         raise LayoutError(f"cub: {paths['image_class_labels.txt']}: class ids must be 1..{len(classes)} (classes.txt)")
+    if cfg.classes is not None and cfg.classes > len(classes):
+        raise LayoutError(f"cub: data.classes={cfg.classes} but {paths['classes.txt']} has {len(classes)} classes")
     is_train = id_table(paths["train_test_split.txt"], "cub", n, "split")
     if not np.isin(is_train, (0, 1)).all():
         raise LayoutError(f"cub: {paths['train_test_split.txt']}: is_training_image must be 0 or 1")
     return {"base": base, "paths": paths, "images": images, "classes": classes, "label": label - 1, "is_train": is_train.astype(bool)}
 
 
-def _split_masks(cfg: CUBConfig, is_train: np.ndarray) -> dict[str, np.ndarray]:
-    """Boolean masks of the splits: the official test images, and a seeded draw of the training ones."""
-    train_ids = np.flatnonzero(is_train)
+def _split_masks(cfg: CUBConfig, is_train: np.ndarray, label: np.ndarray) -> dict[str, np.ndarray]:
+    """Boolean masks of the splits: the official test images, and a seeded draw of the training ones
+    (the images of the first ``classes`` classes)."""
+    inside = label < (cfg.classes or len(is_train))
+    train_ids = np.flatnonzero(is_train & inside)
     order = np.random.default_rng(cfg.seed).permutation(train_ids)
     n_val, n_cal = int(cfg.val_fraction * len(order)), int(cfg.calib_fraction * len(order))
     out = {name: np.zeros(len(is_train), dtype=bool) for name in SPLITS}
     out["val"][order[:n_val]] = True
     out["calib"][order[n_val : n_val + n_cal]] = True
     out["train"][order[n_val + n_cal :]] = True
-    out["test"][~is_train] = True
+    out["test"][~is_train & inside] = True
     return out
 
 
@@ -203,7 +213,7 @@ def generate(cfg: CUBConfig) -> SyntheticData:
     _, attr_names = named_rows(cfg.attribute_names_file(), "cub")
     n = len(ix["images"])
     present, certainty = _attributes(ix["paths"]["attributes/image_attribute_labels.txt"], n, len(attr_names))
-    masks = _split_masks(cfg, ix["is_train"])
+    masks = _split_masks(cfg, ix["is_train"], ix["label"])
     label = ix["label"]
     if cfg.concepts in ("koh112", "voted"):
         voted = class_votes(present[masks["train"]], certainty[masks["train"]], label[masks["train"]], len(ix["classes"]))
@@ -222,18 +232,19 @@ def generate(cfg: CUBConfig) -> SyntheticData:
     split = np.full(n, -1, dtype=np.int8)
     for name, m in masks.items():
         split[m] = SPLITS[name]
-    x = np.empty((n, cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
+    rows = np.flatnonzero(split >= 0)  # the images of the classes kept
+    x = np.empty((len(rows), cfg.image_size, cfg.image_size, 3), dtype=np.uint8)
     image_dir = ix["base"] / "images"
-    for i, rel in enumerate(ix["images"]):
-        x[i] = load_image(image_dir / rel, cfg.image_size, "cub")
+    for i, r in enumerate(rows):
+        x[i] = load_image(image_dir / ix["images"][r], cfg.image_size, "cub")
     names = [attr_names[j] for j in keep]
     groups: dict[str, list[str]] = {}
     for nm in names:
         groups.setdefault(nm.split("::")[0], []).append(nm)
     return SyntheticData(
-        x=x, c=c, c_true=c.copy(), y=label.astype(np.int64), split=split,
-        meta=np.stack([np.arange(1, n + 1), label + 1], axis=1).astype(np.int64),
-        concept_names=names, true_concept_names=names, class_names=list(ix["classes"]), meta_names=["image_id", "class_id"],
+        x=x, c=c[rows], c_true=c[rows].copy(), y=label[rows].astype(np.int64), split=split[rows],
+        meta=np.stack([rows + 1, label[rows] + 1], axis=1).astype(np.int64),
+        concept_names=names, true_concept_names=names, class_names=list(ix["classes"])[: cfg.classes], meta_names=["image_id", "class_id"],
         modality="image",
         info={"source": NAME, "concepts": cfg.concepts, "attribute_ids": [int(j) + 1 for j in keep], "intervention_groups": groups},
     )  # fmt: skip

@@ -31,10 +31,11 @@ CUB_NEVER = ("has_size::very_large_(32_-_72_in)", "has_eye_color::purple")
 CUB_CERTAINTIES = "1 not visible\n2 guessing\n3 probably\n4 definitely\n"
 
 
-def write_cub(root: str | Path, per_class: int = 8, image_size: int = 48, seed: int = 0, train_share: float = 0.6) -> Path:
+def write_cub(root: str | Path, per_class: int = 8, image_size: int = 48, seed: int = 0, train_share: float = 0.6,
+              n_classes: int = 4) -> Path:  # fmt: skip
     """A CUB-200-2011 in its published layout under ``root`` (``root/attributes.txt`` and
-    ``root/CUB_200_2011/...``): four classes (head round x body round of the robots), ``per_class``
-    images each; returns ``root``."""
+    ``root/CUB_200_2011/...``): ``n_classes`` classes (the first robot features read as a binary number:
+    head round x body round for four), ``per_class`` images each; returns ``root``."""
     from PIL import Image
 
     from synthetic.robot import RobotConfig
@@ -42,12 +43,15 @@ def write_cub(root: str | Path, per_class: int = 8, image_size: int = 48, seed: 
 
     root = Path(root)
     base = root / "CUB_200_2011"
-    pool = load_robots(RobotConfig(n_train=max(400, 40 * per_class), val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
-    cls_of = (2 * pool.c[:, 0] + pool.c[:, 1]).astype(int)  # head round, body round
+    bits = max(1, int(np.ceil(np.log2(n_classes))))
+    n_pool = max(400, 40 * per_class) * 2 ** max(0, bits - 2)
+    pool = load_robots(RobotConfig(n_train=n_pool, val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
+    cls_of = (pool.c[:, :bits] @ (2 ** np.arange(bits - 1, -1, -1))).astype(int)  # head round, body round, ...
     rng = np.random.default_rng(seed)
-    rows = np.concatenate([rng.choice(np.flatnonzero(cls_of == k), per_class, replace=False) for k in range(4)])
+    rows = np.concatenate([rng.choice(np.flatnonzero(cls_of == k), per_class, replace=False) for k in range(n_classes)])
     rows = rng.permutation(rows)
-    class_names = ["001.Capped_Perching_Bird", "002.Capped_Duck", "003.Plain_Perching_Bird", "004.Plain_Duck"]
+    class_names = (["001.Capped_Perching_Bird", "002.Capped_Duck", "003.Plain_Perching_Bird", "004.Plain_Duck"] if n_classes == 4
+                   else [f"{k + 1:03d}.Fixture_Bird_{k + 1}" for k in range(n_classes)])  # fmt: skip
     attr_names = [f"{g}::{v}" for g, yes, no in CUB_GROUPS.values() for v in (yes, no)] + list(CUB_NEVER)
     images, labels, split = [], [], []
     for i, r in enumerate(rows, 1):
@@ -83,4 +87,56 @@ def write_cub(root: str | Path, per_class: int = 8, image_size: int = 48, seed: 
     write_text_atomic(base / "attributes" / "image_attribute_labels.txt", "\n".join(lines) + "\n")
     write_text_atomic(base / "attributes" / "certainties.txt", CUB_CERTAINTIES)
     write_text_atomic(base / "bounding_boxes.txt", "".join(f"{i} 0.0 0.0 {image_size}.0 {image_size}.0\n" for i in range(1, len(rows) + 1)))
+    return root
+
+
+#: ``meta/meta.csv``'s columns in the published order.
+DERM7PT_COLUMNS = ("case_num", "diagnosis", "seven_point_score", "pigment_network", "streaks", "pigmentation", "regression_structures",
+                   "dots_and_globules", "blue_whitish_veil", "vascular_structures", "level_of_diagnostic_difficulty", "elevation",
+                   "location", "sex", "management", "clinic", "derm", "case_id", "notes")  # fmt: skip
+
+
+def write_derm7pt(root: str | Path, n_cases: int = 40, image_size: int = 48, seed: int = 0) -> Path:
+    """A Derm7pt ``release_v0`` under ``root``: ``meta/meta.csv`` (its 19 columns), the three index files
+    (column ``indexes``) and ``images/`` with the published mixed-case names; melanomas are the robots
+    with a round head and lean to the melanoma-indicating value of each criterion; a few cases have other
+    diagnoses (left out by the melanoma-vs-nevus task). Returns ``root``."""
+    import csv
+    import io
+
+    from PIL import Image
+
+    from synthetic.real.derm7pt import CRITERIA, V04_BITS
+    from synthetic.robot import RobotConfig
+    from synthetic.robot import load as load_robots
+
+    root = Path(root)
+    pool = load_robots(RobotConfig(n_train=n_cases, val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
+    rng = np.random.default_rng(seed)
+    others = ("basal cell carcinoma", "seborrheic keratosis", "dermatofibroma")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(DERM7PT_COLUMNS)
+    for i in range(n_cases):
+        mel = bool(pool.c[i, 0])
+        diagnosis = others[i % 3] if i % 10 == 9 else ("melanoma (less than 0.76 mm)" if mel else "clark nevus")
+        values = {}
+        for k, vals in CRITERIA.items():
+            bad = [v for v in vals if V04_BITS[k](v)]
+            good = [v for v in vals if not V04_BITS[k](v)]
+            values[k] = str(rng.choice(bad if (rng.random() < 0.8) == mel else good))
+        folder = "NEL" if i % 2 else "Fgl"
+        clinic, derm = f"{folder}/{folder.upper()}{2 * i + 25:03d}.JPG", f"{folder}/{folder.capitalize()}{2 * i + 26:03d}.jpg"
+        for rel in (clinic, derm):
+            p = root / "images" / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pool.x[i]).save(p, format="JPEG", quality=95)
+        score = sum(2 if k in ("pigment_network", "blue_whitish_veil", "vascular_structures") else 1 for k in CRITERIA if V04_BITS[k](values[k]))
+        w.writerow([i + 1, diagnosis, score, *(values[k] for k in CRITERIA), "low", "flat", "back", "female", "excision", clinic, derm, "", ""])
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    write_text_atomic(root / "meta" / "meta.csv", buf.getvalue())
+    order = rng.permutation(n_cases)
+    cut1, cut2 = int(0.4 * n_cases), int(0.6 * n_cases)
+    for name, part in (("train", order[:cut1]), ("valid", order[cut1:cut2]), ("test", order[cut2:])):
+        write_text_atomic(root / "meta" / f"{name}_indexes.csv", "indexes\n" + "".join(f"{int(j)}\n" for j in sorted(part)))
     return root

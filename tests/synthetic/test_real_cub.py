@@ -147,3 +147,14 @@ def test_cbm_intervene_reveals_concepts_or_whole_attribute_groups(cub_root, tmp_
 
         make_checkpoint(tmp_path / "robot" / "checkpoints" / "best.ckpt", tmp_path / "cache")
         intervene.run({**base, "checkpoint": str(tmp_path / "robot"), "output_dir": str(tmp_path / "r"), "groups": True})
+
+
+def test_the_first_classes_only_as_cub25_reads_them(cub_root):
+    pub = published(cub_root)
+    d = generate(CUBConfig(root=str(cub_root), concepts="instance", classes=2, image_size=8))
+    rows = np.flatnonzero(pub["label"] < 2)
+    assert d.meta[:, 0].tolist() == (rows + 1).tolist() and d.class_names == ["001.Capped_Perching_Bird", "002.Capped_Duck"]
+    np.testing.assert_array_equal(d.c, pub["present"][rows])
+    assert (d.split == 3).sum() == (~pub["train"][rows]).sum()
+    with pytest.raises(LayoutError, match="data.classes=5 but .*classes.txt has 4 classes"):
+        _ = CUBConfig(root=str(cub_root), classes=5).split_sizes
