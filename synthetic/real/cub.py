@@ -23,16 +23,15 @@ a calibration split for ``cbm-automate`` (0 by default: the paper has none).
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
-from synthetic.cache import cached_arrays
-from synthetic.real.features import FeaturesConfig, with_features
+from synthetic.real.base import RealData, load_real
+from synthetic.real.features import FeaturesConfig
 from synthetic.real.layout import LayoutError, id_table, load_image, named_rows, need_file, read_columns
 
 NAME = "CUB-200-2011"
@@ -52,12 +51,10 @@ KOH_112 = (
 N_ATTRIBUTES = 312
 #: ``certainty_id`` of an answer the annotator could not see (``attributes/certainties.txt``: 1 not visible).
 NOT_VISIBLE = 1
-#: Bytes a row takes besides its image (labels, concepts, meta).
-ROW_OVERHEAD = 2048
 
 
 @dataclass
-class CUBConfig:
+class CUBConfig(RealData):
     """``data=cub``: CUB-200-2011 from ``root`` (see the module docstring)."""
 
     name: str = "cub"
@@ -83,30 +80,25 @@ class CUBConfig:
     #: What the models read: the images, or a pretrained encoder's cached embeddings (``kind: precompute``).
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
+    ROOT_HOLDS: ClassVar[str] = "the folder holding CUB_200_2011/"
+
     def __post_init__(self) -> None:
         from cbm.core.validation import integer, number, one_of
 
-        one_of("data.name", self.name, ("cub",))
-        if not str(self.root):
-            raise ValueError("data.root: the folder holding CUB_200_2011/ is required (nothing is downloaded; see docs/guides/real-data.md)")
-        integer("data.image_size", self.image_size, 8, 1024)
+        self.check_common()
         one_of("data.concepts", self.concepts, CONCEPT_MODES)
         integer("data.min_class_count", self.min_class_count, 1, 200)
         if self.classes is not None:
             integer("data.classes", self.classes, 2, 200)
         number("data.val_fraction", self.val_fraction, 0.0, 0.9)
-        number("data.calib_fraction", self.calib_fraction, 0.0, 0.9)
         if self.val_fraction + self.calib_fraction >= 1.0:
             raise ValueError(f"data.val_fraction + data.calib_fraction must be < 1, got {self.val_fraction} + {self.calib_fraction}")
-        one_of("data.modality", self.modality, ("image",))
 
     # ---------------------------------------------------------------- layout
     @property
     def base(self) -> Path:
         """The ``CUB_200_2011`` folder (``root`` itself when it holds ``images.txt``)."""
-        root = Path(self.root).expanduser()
-        if not root.is_dir():
-            raise LayoutError(f"cub: data.root {root} is not a folder")
+        root = self.root_dir
         return root if (root / "images.txt").is_file() else root / "CUB_200_2011"
 
     def attribute_names_file(self) -> Path:
@@ -121,15 +113,6 @@ class CUBConfig:
         """Images per split (reads ``train_test_split.txt``, checking the layout on the way)."""
         ix = _index(self)
         return {k: int(v.sum()) for k, v in _split_masks(self, ix["is_train"], ix["label"]).items()}
-
-    def footprint(self, storage: str = "memory") -> dict[str, Any]:
-        """Bytes the images and labels take in memory (:mod:`synthetic.resources`)."""
-        n = sum(self.split_sizes.values())
-        return {"rows": n, "unit": "images", "form": f"{self.image_size} px", "memory": n * (ROW_OVERHEAD + 3 * self.image_size**2),
-                "disk": 0, "disk_possible": False, "knobs": ["image_size"]}  # fmt: skip
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _index(cfg: CUBConfig) -> dict[str, Any]:
@@ -197,16 +180,6 @@ def class_votes(present: np.ndarray, certainty: np.ndarray, label: np.ndarray, n
     return (yes >= no).astype(np.int8)
 
 
-def _fingerprint(paths: dict[str, Path], names: Path) -> str:
-    """Hash of the label files' bytes: the cache key follows the data, not where it lies."""
-    h = hashlib.sha256()
-    for p in [*paths.values(), names]:
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
-
-
 def generate(cfg: CUBConfig) -> SyntheticData:
     """Read the dataset (every image opened and resized: one line naming any that does not open)."""
     ix = _index(cfg)
@@ -251,11 +224,6 @@ def generate(cfg: CUBConfig) -> SyntheticData:
 
 
 def load(cfg: CUBConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
-    """:func:`generate` through the on-disk cache, keyed by the config (not ``root``) and the label
-    files' bytes: moving the dataset keeps its cache, changing a file makes a new one."""
-    if storage != "memory":
-        raise ValueError(f"data=cub reads its images into memory (data_storage=memory), got '{storage}'")
+    """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
     ix = _index(cfg)
-    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": _fingerprint(ix["paths"], cfg.attribute_names_file())}
-    arrays = cached_arrays(key, lambda: generate(cfg).to_arrays(), cache_dir, prefix="cub", required=SyntheticData.ARRAY_KEYS)
-    return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)
+    return load_real(cfg, cache_dir, storage, [*ix["paths"].values(), cfg.attribute_names_file()], lambda: generate(cfg))

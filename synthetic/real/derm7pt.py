@@ -23,16 +23,15 @@ melanoma, miscellaneous, seborrheic keratosis).
 from __future__ import annotations
 
 import csv
-import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
-from synthetic.cache import cached_arrays
-from synthetic.real.features import FeaturesConfig, with_features
+from synthetic.real.base import RealData, load_real
+from synthetic.real.features import FeaturesConfig
 from synthetic.real.layout import LayoutError, load_image, need_file
 
 #: The seven criteria and every value ``meta.csv`` holds for each (the dataset's own code lists them).
@@ -57,7 +56,6 @@ V04_BITS = {
 }
 DIAGNOSIS5 = ("basal cell carcinoma", "nevus", "melanoma", "miscellaneous", "seborrheic keratosis")
 SPLIT_FILES = {"train": "meta/train_indexes.csv", "val": "meta/valid_indexes.csv", "test": "meta/test_indexes.csv"}
-ROW_OVERHEAD = 1024
 
 
 def diagnosis5(d: str) -> int:
@@ -75,7 +73,7 @@ def diagnosis5(d: str) -> int:
 
 
 @dataclass
-class Derm7ptConfig:
+class Derm7ptConfig(RealData):
     """``data=derm7pt``: Derm7pt from ``root`` (see the module docstring)."""
 
     name: str = "derm7pt"
@@ -92,37 +90,19 @@ class Derm7ptConfig:
     modality: str = "image"
     features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
-    def __post_init__(self) -> None:
-        from cbm.core.validation import integer, number, one_of
+    ROOT_HOLDS: ClassVar[str] = "the Derm7pt release_v0 folder"
 
-        one_of("data.name", self.name, ("derm7pt",))
-        if not str(self.root):
-            raise ValueError("data.root: the Derm7pt release_v0 folder is required (nothing is downloaded; see docs/guides/real-data.md)")
-        integer("data.image_size", self.image_size, 8, 1024)
+    def __post_init__(self) -> None:
+        from cbm.core.validation import one_of
+
+        self.check_common()
         one_of("data.concepts", self.concepts, ("v04", "categorical"))
         one_of("data.task", self.task, ("v04", "diagnosis5"))
-        number("data.calib_fraction", self.calib_fraction, 0.0, 0.9)
-        one_of("data.modality", self.modality, ("image",))
-
-    @property
-    def base(self) -> Path:
-        root = Path(self.root).expanduser()
-        if not root.is_dir():
-            raise LayoutError(f"derm7pt: data.root {root} is not a folder")
-        return root
 
     @property
     def split_sizes(self) -> dict[str, int]:
         """Cases per split (reads and checks ``meta/``)."""
         return {k: int(v.sum()) for k, v in _table(self)["masks"].items()}
-
-    def footprint(self, storage: str = "memory") -> dict[str, Any]:
-        n = sum(self.split_sizes.values())
-        return {"rows": n, "unit": "images", "form": f"{self.image_size} px", "memory": n * (ROW_OVERHEAD + 3 * self.image_size**2),
-                "disk": 0, "disk_possible": False, "knobs": ["image_size"]}  # fmt: skip
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _read_meta(path: Path) -> list[dict[str, str]]:
@@ -159,7 +139,7 @@ def _read_indexes(path: Path, n: int) -> np.ndarray:
 
 def _table(cfg: Derm7ptConfig) -> dict[str, Any]:
     """meta.csv and the split files, checked; the cases the task keeps and their split masks."""
-    base = cfg.base
+    base = cfg.root_dir
     meta = need_file(base, "meta/meta.csv", "derm7pt")
     rows = _read_meta(meta)
     n = len(rows)
@@ -214,13 +194,5 @@ def generate(cfg: Derm7ptConfig) -> SyntheticData:
 
 
 def load(cfg: Derm7ptConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
-    """:func:`generate` through the cache, keyed by the config (not ``root``) and the meta files' bytes."""
-    if storage != "memory":
-        raise ValueError(f"data=derm7pt reads its images into memory (data_storage=memory), got '{storage}'")
-    t = _table(cfg)
-    h = hashlib.sha256()
-    for p in t["files"]:
-        h.update(Path(p).read_bytes())
-    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": h.hexdigest()[:16]}
-    arrays = cached_arrays(key, lambda: generate(cfg).to_arrays(), cache_dir, prefix="derm7pt", required=SyntheticData.ARRAY_KEYS)
-    return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)
+    """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
+    return load_real(cfg, cache_dir, storage, _table(cfg)["files"], lambda: generate(cfg))

@@ -1,0 +1,74 @@
+"""What every real dataset's config and loader share: where the data lie, the common checks, the
+memory footprint, and the cache keyed by the label files' bytes (never by where they lie)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+from synthetic.base import SyntheticData
+from synthetic.cache import cached_arrays
+from synthetic.real.features import with_features
+from synthetic.real.layout import LayoutError
+
+#: Bytes a row takes besides its image (labels, concepts, meta).
+ROW_OVERHEAD = 2048
+
+
+class RealData:
+    """Mixin of the real datasets' config dataclasses (fields ``name``, ``root``, ``image_size``,
+    ``calib_fraction``, ``modality``, ``features``; ``split_sizes`` of their own)."""
+
+    #: What ``data.root`` must hold, for the refusal when it is empty.
+    ROOT_HOLDS: ClassVar[str] = ""
+
+    def check_common(self) -> None:
+        """The checks every real dataset's ``__post_init__`` runs."""
+        from cbm.core.validation import integer, number, one_of
+
+        one_of("data.name", self.name, (type(self).name,))
+        if not str(self.root):
+            raise ValueError(f"data.root: {self.ROOT_HOLDS} is required (nothing is downloaded; see docs/guides/real-data.md)")
+        integer("data.image_size", self.image_size, 8, 1024)
+        number("data.calib_fraction", self.calib_fraction, 0.0, 0.9)
+        one_of("data.modality", self.modality, ("image",))
+
+    @property
+    def root_dir(self) -> Path:
+        """``data.root``, which must be a folder."""
+        root = Path(self.root).expanduser()
+        if not root.is_dir():
+            raise LayoutError(f"{self.name}: data.root {root} is not a folder")
+        return root
+
+    def footprint(self, storage: str = "memory") -> dict[str, Any]:
+        """Bytes the images and labels take in memory (:mod:`synthetic.resources`)."""
+        n = sum(self.split_sizes.values())
+        return {"rows": n, "unit": "images", "form": f"{self.image_size} px", "memory": n * (ROW_OVERHEAD + 3 * self.image_size**2),
+                "disk": 0, "disk_possible": False, "knobs": ["image_size"]}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def files_hash(paths: Iterable[Path]) -> str:
+    """Hash of the files' bytes, in order."""
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+def load_real(cfg: Any, cache_dir: str | Path | None, storage: str, files: Iterable[Path], generate: Callable[[], SyntheticData]) -> SyntheticData:
+    """``generate()`` through the on-disk cache, keyed by the config (not ``root``) and ``files``' bytes:
+    moving the dataset keeps its cache, changing a file makes a new one; then the feature cache."""
+    if storage != "memory":
+        raise ValueError(f"data={cfg.name} reads its images into memory (data_storage=memory), got '{storage}'")
+    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": files_hash(files)}
+    arrays = cached_arrays(key, lambda: generate().to_arrays(), cache_dir, prefix=cfg.name, required=SyntheticData.ARRAY_KEYS)
+    return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)
