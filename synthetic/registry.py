@@ -18,6 +18,7 @@ DATASETS: dict[str, tuple[str, str]] = {
     "sudoku": ("synthetic.sudoku", "SudokuConfig"),
     "cub": ("synthetic.real.cub", "CUBConfig"),
     "derm7pt": ("synthetic.real.derm7pt", "Derm7ptConfig"),
+    "awa2": ("synthetic.real.awa2", "AwA2Config"),
 }
 
 

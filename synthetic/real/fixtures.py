@@ -140,3 +140,46 @@ def write_derm7pt(root: str | Path, n_cases: int = 40, image_size: int = 48, see
     for name, part in (("train", order[:cut1]), ("valid", order[cut1:cut2]), ("test", order[cut2:])):
         write_text_atomic(root / "meta" / f"{name}_indexes.csv", "indexes\n" + "".join(f"{int(j)}\n" for j in sorted(part)))
     return root
+
+
+#: AwA2's 85 predicates in ``predicates.txt`` order.
+AWA2_PREDICATES = (
+    "black", "white", "blue", "brown", "gray", "orange", "red", "yellow", "patches", "spots", "stripes", "furry", "hairless",
+    "toughskin", "big", "small", "bulbous", "lean", "flippers", "hands", "hooves", "pads", "paws", "longleg", "longneck", "tail",
+    "chewteeth", "meatteeth", "buckteeth", "strainteeth", "horns", "claws", "tusks", "smelly", "flys", "hops", "swims", "tunnels",
+    "walks", "fast", "slow", "strong", "weak", "muscle", "bipedal", "quadrapedal", "active", "inactive", "nocturnal", "hibernate",
+    "agility", "fish", "meat", "plankton", "vegetation", "insects", "forager", "grazer", "hunter", "scavenger", "skimmer", "stalker",
+    "newworld", "oldworld", "arctic", "coastal", "desert", "bush", "plains", "forest", "fields", "jungle", "mountains", "ocean",
+    "ground", "water", "tree", "cave", "fierce", "timid", "smart", "group", "solitary", "nestspot", "domestic",
+)  # fmt: skip
+AWA2_CLASSES = ("antelope", "grizzly+bear", "killer+whale", "beaver", "dalmatian", "persian+cat", "horse", "german+shepherd")
+
+
+def write_awa2(root: str | Path, per_class: int = 6, image_size: int = 48, seed: int = 0) -> Path:
+    """An ``Animals_with_Attributes2`` folder under ``root``: eight classes (the robots' first three
+    features as a binary number; the first seven predicates are each class's seven robot features),
+    ``classes.txt`` / ``predicates.txt`` with padded ids and tabs, the 0/1 matrix, and
+    ``JPEGImages/<class>/<class>_NNNNN.jpg``. Returns ``root``."""
+    from PIL import Image
+
+    from synthetic.robot import RobotConfig
+    from synthetic.robot import load as load_robots
+
+    root = Path(root)
+    pool = load_robots(RobotConfig(n_train=max(800, 40 * per_class), val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
+    cls_of = (pool.c[:, :3] @ np.array([4, 2, 1])).astype(int)
+    rng = np.random.default_rng(seed)
+    matrix = (rng.random((len(AWA2_CLASSES), len(AWA2_PREDICATES))) < 0.3).astype(int)
+    for k, cls in enumerate(AWA2_CLASSES):
+        rows = rng.choice(np.flatnonzero(cls_of == k), per_class, replace=False)
+        matrix[k, :7] = np.round(pool.c[rows, :7].mean(0))  # the class's robot features, by majority
+        for i, r in enumerate(rows):
+            p = root / "JPEGImages" / cls / f"{cls}_{10001 + i:05d}.jpg"
+            p.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pool.x[r]).save(p, quality=95)
+    write_text_atomic(root / "classes.txt", "".join(f"{k:>7}\t{c}\n" for k, c in enumerate(AWA2_CLASSES, 1)))
+    write_text_atomic(root / "predicates.txt", "".join(f"{k:>7}\t{p}\n" for k, p in enumerate(AWA2_PREDICATES, 1)))
+    write_text_atomic(root / "predicate-matrix-binary.txt", "".join(" ".join(map(str, row)) + "\n" for row in matrix))
+    write_text_atomic(root / "trainclasses.txt", "".join(c + "\n" for c in AWA2_CLASSES[:6]))
+    write_text_atomic(root / "testclasses.txt", "".join(c + "\n" for c in AWA2_CLASSES[6:]))
+    return root

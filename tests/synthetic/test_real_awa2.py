@@ -1,0 +1,54 @@
+"""AwA2 read from its published folder (synthetic.real.awa2) on a fixture in that layout: every image
+its class's attributes, the seeded random split, per-class subsampling, refusals naming the file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synthetic.real.awa2 import AwA2Config, generate, load
+from synthetic.real.fixtures import AWA2_CLASSES, AWA2_PREDICATES, write_awa2
+from synthetic.real.layout import LayoutError
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return write_awa2(tmp_path_factory.mktemp("awa2") / "Animals_with_Attributes2", per_class=5)
+
+
+def test_images_carry_their_class_attributes(root):
+    matrix = np.loadtxt(root / "predicate-matrix-binary.txt", dtype=int)
+    d = generate(AwA2Config(root=str(root), image_size=16))
+    assert d.concept_names == list(AWA2_PREDICATES) and d.class_names == list(AWA2_CLASSES)
+    assert d.x.shape == (40, 16, 16, 3) and np.bincount(d.y).tolist() == [5] * 8
+    np.testing.assert_array_equal(d.c, matrix[d.y])
+    assert d.meta[:, 0].tolist() == (d.y + 1).tolist()
+    sizes = {name: int((d.split == code).sum()) for name, code in (("train", 0), ("val", 1), ("test", 3))}
+    assert sizes == {"train": 40 - 4 - 8, "val": 4, "test": 8}  # int(0.1 * 40), int(0.2 * 40)
+    other = generate(AwA2Config(root=str(root), image_size=16, seed=1))
+    assert not np.array_equal(other.split, d.split) and np.array_equal(other.c, d.c)
+
+
+def test_per_class_keeps_that_many_of_each(root, tmp_path):
+    d = load(AwA2Config(root=str(root), image_size=8, per_class=2), tmp_path / "cache")
+    assert np.bincount(d.y).tolist() == [2] * 8
+    again = load(AwA2Config(root=str(root), image_size=8, per_class=2), tmp_path / "cache")
+    assert np.array_equal(again.x, d.x) and len(list((tmp_path / "cache").glob("awa2-*.npz"))) == 1
+
+
+def test_bad_layouts_name_the_file(root, tmp_path):
+    bad = Path(shutil.copytree(root, tmp_path / "bad"))
+    shutil.rmtree(bad / "JPEGImages" / "beaver")
+    with pytest.raises(LayoutError, match="awa2: missing .*JPEGImages/beaver .*class 'beaver'"):
+        _ = AwA2Config(root=str(bad)).split_sizes
+    shutil.copytree(root / "JPEGImages" / "beaver", bad / "JPEGImages" / "beaver")
+    lines = (bad / "predicate-matrix-binary.txt").read_text().splitlines()
+    (bad / "predicate-matrix-binary.txt").write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(LayoutError, match="expected 8 rows of 85 0/1 values .* got 7 rows"):
+        _ = AwA2Config(root=str(bad)).split_sizes
+    (bad / "classes.txt").unlink()
+    with pytest.raises(LayoutError, match="awa2: missing .*classes.txt"):
+        _ = AwA2Config(root=str(bad)).split_sizes
