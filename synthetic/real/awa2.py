@@ -11,7 +11,7 @@ published train / test classes are a zero-shot split. ``per_class`` keeps that m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +19,6 @@ import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.real.base import RealData, load_real
-from synthetic.real.features import FeaturesConfig
 from synthetic.real.layout import LayoutError, load_image, need_file, read_columns
 
 FILES = ("classes.txt", "predicates.txt", "predicate-matrix-binary.txt")
@@ -32,16 +31,12 @@ class AwA2Config(RealData):
     name: str = "awa2"
     #: The ``Animals_with_Attributes2`` folder.
     root: str = ""
-    image_size: int = 64
     #: Images kept per class (seeded); ``null``: all 37,322.
     per_class: int | None = None
     val_fraction: float = 0.1
     test_fraction: float = 0.2
-    calib_fraction: float = 0.0
     #: The split draw (pytorch-concepts: 42).
     seed: int = 42
-    modality: str = "image"
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
     ROOT_HOLDS: ClassVar[str] = "the Animals_with_Attributes2 folder"
 

@@ -5,22 +5,35 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from synthetic.base import SyntheticData
 from synthetic.cache import cached_arrays
-from synthetic.real.features import with_features
+from synthetic.real.features import FeaturesConfig, with_features
 from synthetic.real.layout import LayoutError
 
 #: Bytes a row takes besides its image (labels, concepts, meta).
 ROW_OVERHEAD = 2048
 
 
+@dataclass
 class RealData:
-    """Mixin of the real datasets' config dataclasses (fields ``name``, ``root``, ``image_size``,
-    ``calib_fraction``, ``modality``, ``features``; ``split_sizes`` of their own)."""
+    """The fields and checks every real dataset's config shares (each adds ``name``, its own knobs and
+    ``split_sizes``)."""
+
+    #: Where the dataset lies as published (see each dataset's ``root``).
+    root: str = ""
+    #: Side of the square images (px): the shorter side resized to it, the centre cropped.
+    image_size: int = 64
+    #: Share of the training images set aside for ``cbm-automate``'s calibration (seeded).
+    calib_fraction: float = 0.0
+    #: Seed of the split draws.
+    seed: int = 0
+    modality: str = "image"
+    #: What the models read: the images, or a pretrained encoder's cached embeddings (``kind: precompute``).
+    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
     #: What ``data.root`` must hold, for the refusal when it is empty.
     ROOT_HOLDS: ClassVar[str] = ""

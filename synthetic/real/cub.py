@@ -23,7 +23,7 @@ a calibration split for ``cbm-automate`` (0 by default: the paper has none).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,7 +31,6 @@ import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.real.base import RealData, load_real
-from synthetic.real.features import FeaturesConfig
 from synthetic.real.layout import LayoutError, id_table, load_image, named_rows, need_file, read_columns
 
 NAME = "CUB-200-2011"
@@ -60,8 +59,6 @@ class CUBConfig(RealData):
     name: str = "cub"
     #: The folder holding ``CUB_200_2011/`` (or that folder itself).
     root: str = ""
-    #: Side of the square images (px): the shorter side resized to it, the centre cropped.
-    image_size: int = 64
     #: ``koh112`` (Koh et al.'s 112 attributes, class-level votes), ``voted`` (the votes, attributes of
     #: ``min_class_count`` classes) or ``instance`` (the 312 as annotated).
     concepts: str = "koh112"
@@ -72,13 +69,8 @@ class CUBConfig(RealData):
     classes: int | None = None
     #: Share of the official training images drawn for validation (Koh et al.: 0.2).
     val_fraction: float = 0.2
-    #: Share of the official training images drawn for calibration (``cbm-automate``).
-    calib_fraction: float = 0.0
     #: Seed of the validation / calibration draw.
     seed: int = 0
-    modality: str = "image"
-    #: What the models read: the images, or a pretrained encoder's cached embeddings (``kind: precompute``).
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
     ROOT_HOLDS: ClassVar[str] = "the folder holding CUB_200_2011/"
 

@@ -23,7 +23,7 @@ melanoma, miscellaneous, seborrheic keratosis).
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -31,7 +31,6 @@ import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
 from synthetic.real.base import RealData, load_real
-from synthetic.real.features import FeaturesConfig
 from synthetic.real.layout import LayoutError, load_image, need_file
 
 #: The seven criteria and every value ``meta.csv`` holds for each (the dataset's own code lists them).
@@ -79,16 +78,10 @@ class Derm7ptConfig(RealData):
     name: str = "derm7pt"
     #: The ``release_v0`` folder (holding ``meta/`` and ``images/``).
     root: str = ""
-    image_size: int = 64
     #: ``v04`` (seven melanoma-indicating bits) or ``categorical`` (the criteria with all their values).
     concepts: str = "v04"
     #: ``v04`` (melanoma vs nevus) or ``diagnosis5``.
     task: str = "v04"
-    #: Share of the official training cases set aside for ``cbm-automate``'s calibration (seeded).
-    calib_fraction: float = 0.0
-    seed: int = 0
-    modality: str = "image"
-    features: FeaturesConfig = field(default_factory=FeaturesConfig)
 
     ROOT_HOLDS: ClassVar[str] = "the Derm7pt release_v0 folder"
 
