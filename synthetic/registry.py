@@ -19,6 +19,7 @@ DATASETS: dict[str, tuple[str, str]] = {
     "cub": ("synthetic.real.cub", "CUBConfig"),
     "derm7pt": ("synthetic.real.derm7pt", "Derm7ptConfig"),
     "awa2": ("synthetic.real.awa2", "AwA2Config"),
+    "celeba": ("synthetic.real.celeba", "CelebAConfig"),
 }
 
 

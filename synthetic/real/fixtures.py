@@ -183,3 +183,43 @@ def write_awa2(root: str | Path, per_class: int = 6, image_size: int = 48, seed:
     write_text_atomic(root / "trainclasses.txt", "".join(c + "\n" for c in AWA2_CLASSES[:6]))
     write_text_atomic(root / "testclasses.txt", "".join(c + "\n" for c in AWA2_CLASSES[6:]))
     return root
+
+
+#: CelebA's 40 attributes in ``list_attr_celeba.txt`` order.
+CELEBA_ATTRIBUTES = (
+    "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose", "Black_Hair",
+    "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin", "Eyeglasses", "Goatee", "Gray_Hair",
+    "Heavy_Makeup", "High_Cheekbones", "Male", "Mouth_Slightly_Open", "Mustache", "Narrow_Eyes", "No_Beard", "Oval_Face",
+    "Pale_Skin", "Pointy_Nose", "Receding_Hairline", "Rosy_Cheeks", "Sideburns", "Smiling", "Straight_Hair", "Wavy_Hair",
+    "Wearing_Earrings", "Wearing_Hat", "Wearing_Lipstick", "Wearing_Necklace", "Wearing_Necktie", "Young",
+)  # fmt: skip
+
+
+def write_celeba(root: str | Path, n_images: int = 40, image_size: int = 48, seed: int = 0) -> Path:
+    """CelebA's files under ``root``: ``img_align_celeba/NNNNNN.jpg``, ``list_attr_celeba.txt`` (the count,
+    the 40 names with the published trailing space, then -1 / 1 values with the double spaces before a
+    positive one) and ``list_eval_partition.txt`` (0 / 1 / 2). ``Attractive`` is the robot's round head,
+    ``Smiling`` its closed mouth, the others random. Returns ``root``."""
+    from PIL import Image
+
+    from synthetic.robot import RobotConfig
+    from synthetic.robot import load as load_robots
+
+    root = Path(root)
+    pool = load_robots(RobotConfig(n_train=n_images, val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2, (n_images, len(CELEBA_ATTRIBUTES)))
+    values[:, CELEBA_ATTRIBUTES.index("Attractive")] = pool.c[:, 0]
+    values[:, CELEBA_ATTRIBUTES.index("Smiling")] = pool.c[:, 5]
+    lines = [f"{n_images}\n", " ".join(CELEBA_ATTRIBUTES) + " \n"]
+    parts = []
+    for i in range(n_images):
+        name = f"{i + 1:06d}.jpg"
+        p = root / "img_align_celeba" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(pool.x[i]).save(p, quality=95)
+        lines.append(name + "".join(" -1" if v == 0 else "  1" for v in values[i]) + "\n")
+        parts.append(f"{name} {0 if i < 0.6 * n_images else 1 if i < 0.8 * n_images else 2}\n")
+    write_text_atomic(root / "list_attr_celeba.txt", "".join(lines))
+    write_text_atomic(root / "list_eval_partition.txt", "".join(parts))
+    return root

@@ -102,12 +102,13 @@ def places(tmp_path_factory) -> dict[str, Path]:
     write_pairs(root / "pairs.jsonl")
     write_edct_run(root / "edct")
     write_edct_run(root / "edct2")  # a second run of the same settings (stability_runs)
-    from synthetic.real.fixtures import write_awa2, write_cub, write_derm7pt
+    from synthetic.real.fixtures import write_awa2, write_celeba, write_cub, write_derm7pt
 
     write_cub(root / "cub", per_class=1, n_classes=25)  # data.root=/data/cub and CBM_CUB_ROOT: a CUB in its published layout
     write_derm7pt(root / "derm7pt", n_cases=20)  # data.root=/data/derm7pt and CBM_DERM7PT_ROOT
     write_awa2(root / "awa2", per_class=2)  # data.root=/data/Animals_with_Attributes2
-    return {"cub": root / "cub", "derm7pt": root / "derm7pt", "awa2": root / "awa2", "run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
+    write_celeba(root / "celeba", n_images=12)  # data.root=/data/celeba
+    return {"cub": root / "cub", "derm7pt": root / "derm7pt", "awa2": root / "awa2", "celeba": root / "celeba", "run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
             "pairs": root / "pairs.jsonl"}  # fmt: skip
 
 
@@ -162,7 +163,7 @@ def fill(line: str, places: dict[str, Path]) -> list[str]:
         line = re.sub(r"cbm-report diagnose \S+", f"cbm-report diagnose {places['run']}", line)
     elif line.startswith("cbm-report "):  # a sweep or experiment directory
         line = re.sub(r"cbm-report \S+", f"cbm-report {places['run'].parent}", line)
-    line = line.replace("/data/Animals_with_Attributes2", str(places["awa2"]))
+    line = line.replace("/data/Animals_with_Attributes2", str(places["awa2"])).replace("/data/celeba", str(places["celeba"]))
     line = line.replace("/data/cub", str(places["cub"])).replace("/data/derm7pt", str(places["derm7pt"]))
     return shlex.split(line.replace("data.jsonl=pairs.jsonl", f"data.jsonl={places['pairs']}"))
 

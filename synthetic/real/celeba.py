@@ -1,0 +1,121 @@
+"""CelebA (Liu et al. 2015), read from its published files: 40 face attributes, one the task.
+
+``data.root`` holds ``img_align_celeba/`` (``000001.jpg`` ...), ``list_attr_celeba.txt`` (a count, the 40
+attribute names, then one line per image: its file and 40 values of -1 / 1) and
+``list_eval_partition.txt`` (each file and 0 / 1 / 2: train / valid / test); torchvision's layout, the
+same under a ``celeba/`` folder, is found too. As pytorch-concepts reads it, one attribute is the task
+(``task``, ``Attractive`` by default) and the 39 others are the concepts, on the official split.
+``max_images`` keeps that many images of each split (seeded) for a CPU-sized run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from synthetic.base import SPLITS, SyntheticData
+from synthetic.real.base import RealData, load_real
+from synthetic.real.layout import LayoutError, load_image, need_file
+
+FILES = ("list_attr_celeba.txt", "list_eval_partition.txt")
+PARTITION = {0: "train", 1: "val", 2: "test"}
+
+
+@dataclass
+class CelebAConfig(RealData):
+    """``data=celeba``: CelebA from ``root`` (see the module docstring)."""
+
+    name: str = "celeba"
+    #: The folder holding ``img_align_celeba/`` and the attribute files (or torchvision's ``celeba/`` above it).
+    root: str = ""
+    #: The attribute that is the label (pytorch-concepts: ``Attractive``); the other 39 are the concepts.
+    task: str = "Attractive"
+    #: Images kept per split (seeded); ``null``: all 202,599.
+    max_images: int | None = None
+
+    ROOT_HOLDS: ClassVar[str] = "the folder holding img_align_celeba/"
+
+    def __post_init__(self) -> None:
+        from cbm.core.validation import integer
+
+        self.check_common()
+        if self.max_images is not None:
+            integer("data.max_images", self.max_images, 1)
+
+    @property
+    def base(self) -> Path:
+        root = self.root_dir
+        return root / "celeba" if not (root / FILES[0]).is_file() and (root / "celeba" / FILES[0]).is_file() else root
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        split = _index(self)["split"]
+        return {name: int((split == code).sum()) for name, code in SPLITS.items()}
+
+
+def _index(cfg: CelebAConfig) -> dict[str, Any]:
+    """The attribute table and the partition, checked; the images kept and their splits."""
+    base = cfg.base
+    paths = {f: need_file(base, f, "celeba") for f in FILES}
+    with open(paths["list_attr_celeba.txt"], encoding="utf-8", errors="replace") as f:
+        lines = [ln.split() for ln in f if ln.strip()]
+    if len(lines) < 3 or not lines[0][0].isdigit():
+        raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: expected a count, the attribute names, then one line per image")
+    names, rows = lines[1], lines[2:]
+    if int(lines[0][0]) != len(rows):
+        raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: says {lines[0][0]} images, lists {len(rows)}")
+    if cfg.task not in names:
+        raise LayoutError(f"celeba: data.task={cfg.task!r} is not an attribute of {paths['list_attr_celeba.txt']} ({names})")
+    try:
+        values = np.array([[int(v) for v in r[1:]] for r in rows], dtype=np.int64)
+    except ValueError:
+        raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: attribute values must be -1 or 1") from None
+    if values.shape[1:] != (len(names),) or not np.isin(values, (-1, 1)).all():
+        raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: each line needs a file and {len(names)} values of -1 or 1")
+    files = [r[0] for r in rows]
+    part = {}
+    with open(paths["list_eval_partition.txt"], encoding="utf-8", errors="replace") as f:
+        for i, ln in enumerate(f, 1):
+            fields = ln.split()
+            if not fields:
+                continue
+            if len(fields) < 2 or fields[1] not in ("0", "1", "2"):
+                raise LayoutError(f"celeba: {paths['list_eval_partition.txt']} line {i}: expected '<file> 0|1|2', got {ln.strip()[:60]!r}")
+            part[fields[0]] = int(fields[1])
+    missing = [f for f in files if f not in part]
+    if missing:
+        raise LayoutError(f"celeba: {paths['list_eval_partition.txt']}: no split for {missing[0]} ({len(missing)} images)")
+    split = np.array([SPLITS[PARTITION[part[f]]] for f in files], dtype=np.int8)
+    if cfg.max_images is not None:
+        rng = np.random.default_rng(cfg.seed)
+        for code in np.unique(split):
+            rows_of = np.flatnonzero(split == code)
+            if len(rows_of) > cfg.max_images:
+                split[rng.choice(rows_of, len(rows_of) - cfg.max_images, replace=False)] = -1
+    if cfg.calib_fraction:
+        train = np.flatnonzero(split == SPLITS["train"])
+        split[np.random.default_rng(cfg.seed).permutation(train)[: int(cfg.calib_fraction * len(train))]] = SPLITS["calib"]
+    return {"base": base, "paths": paths, "names": names, "values": (values + 1) // 2, "files": files, "split": split}
+
+
+def generate(cfg: CelebAConfig) -> SyntheticData:
+    ix = _index(cfg)
+    rows = np.flatnonzero(ix["split"] >= 0)
+    t = ix["names"].index(cfg.task)
+    keep = [j for j in range(len(ix["names"])) if j != t]
+    c = ix["values"][rows][:, keep].astype(np.float32)
+    x = np.stack([load_image(ix["base"] / "img_align_celeba" / ix["files"][r], cfg.image_size, "celeba") for r in rows])
+    names = [ix["names"][j] for j in keep]
+    return SyntheticData(x=x, c=c, c_true=c.copy(), y=ix["values"][rows, t].astype(np.int64), split=ix["split"][rows],
+                         meta=(rows + 1)[:, None].astype(np.int64), concept_names=names, true_concept_names=names,
+                         class_names=[f"not {cfg.task}", cfg.task], meta_names=["image_number"], modality="image",
+                         info={"source": "CelebA", "task": cfg.task})  # fmt: skip
+
+
+def load(cfg: CelebAConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
+    """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
+    ix = _index(cfg)
+    return load_real(cfg, cache_dir, storage, list(ix["paths"].values()), lambda: generate(cfg))

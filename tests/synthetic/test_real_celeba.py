@@ -1,0 +1,60 @@
+"""CelebA read from its published files (synthetic.real.celeba) on a fixture in that format: the
+attribute table's header lines and -1 / 1 values, one attribute the task, the official partition,
+per-split subsampling, refusals naming the file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synthetic.real.celeba import CelebAConfig, generate
+from synthetic.real.fixtures import CELEBA_ATTRIBUTES, write_celeba
+from synthetic.real.layout import LayoutError
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return write_celeba(tmp_path_factory.mktemp("celeba") / "data", n_images=30)
+
+
+def table(root: Path) -> np.ndarray:
+    return np.array([[int(v) for v in ln.split()[1:]] for ln in (root / "list_attr_celeba.txt").read_text().splitlines()[2:]])
+
+
+def test_task_concepts_and_split_from_the_files(root):
+    values = (table(root) + 1) // 2
+    for task in ("Attractive", "Smiling"):
+        d = generate(CelebAConfig(root=str(root), task=task, image_size=16))
+        t = CELEBA_ATTRIBUTES.index(task)
+        assert d.concept_names == [a for a in CELEBA_ATTRIBUTES if a != task] and d.class_names == [f"not {task}", task]
+        np.testing.assert_array_equal(d.y, values[:, t])
+        np.testing.assert_array_equal(d.c, np.delete(values, t, axis=1))
+    parts = [int(ln.split()[1]) for ln in (root / "list_eval_partition.txt").read_text().splitlines()]
+    assert d.split.tolist() == [{0: 0, 1: 1, 2: 3}[p] for p in parts]
+    assert d.x.shape == (30, 16, 16, 3)
+
+
+def test_torchvision_layout_and_max_images(root, tmp_path):
+    tv = tmp_path / "tv"
+    shutil.copytree(root, tv / "celeba")
+    assert CelebAConfig(root=str(tv)).split_sizes == CelebAConfig(root=str(root)).split_sizes == {"train": 18, "val": 6, "calib": 0, "test": 6}
+    d = generate(CelebAConfig(root=str(root), max_images=4, image_size=8))
+    assert [int((d.split == c).sum()) for c in (0, 1, 3)] == [4, 4, 4]
+    assert set(d.meta[:, 0]) <= set(range(1, 31))
+
+
+def test_bad_files_name_the_file(root, tmp_path):
+    bad = Path(shutil.copytree(root, tmp_path / "bad"))
+    with pytest.raises(LayoutError, match="data.task='Handsome' is not an attribute of .*list_attr_celeba.txt"):
+        _ = CelebAConfig(root=str(bad), task="Handsome").split_sizes
+    part = bad / "list_eval_partition.txt"
+    part.write_text(part.read_text().replace(" 2\n", " 7\n", 1))
+    with pytest.raises(LayoutError, match=r"list_eval_partition.txt line \d+: expected '<file> 0\|1\|2'"):
+        _ = CelebAConfig(root=str(bad)).split_sizes
+    attr = bad / "list_attr_celeba.txt"
+    attr.write_text("31\n" + "".join(attr.read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(LayoutError, match="says 31 images, lists 30"):
+        _ = CelebAConfig(root=str(bad)).split_sizes
