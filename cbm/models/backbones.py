@@ -56,7 +56,7 @@ def build_backbone(cfg: BackboneConfig, info: DataInfo) -> Backbone:
         importlib.import_module(_LAZY[name])
     if name not in _REGISTRY:
         raise ValueError(f"unknown backbone '{name}'")
-    expected = {"cnn": "image", "plain_cnn": "image", "resnet18": "image", "resnet50": "image", "vit_b_16": "image", "mlp": "tabular",
+    expected = {"cnn": "image", "plain_cnn": "image", "resnet18": "image", "resnet50": "image", "vit_b_16": "image", "hf": "image", "mlp": "tabular",
                 "text_bag": "text"}.get(name)  # fmt: skip
     if expected and expected != info.modality:
         raise ValueError(f"backbone '{name}' needs {expected} data, but the dataset is {info.modality}")
@@ -200,6 +200,11 @@ def _resnet50(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
 
 @register_backbone("vit_b_16")
 def _vit(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
+    return PretrainedEncoder(cfg, info)
+
+
+@register_backbone("hf")
+def _hf(cfg: BackboneConfig, info: DataInfo) -> nn.Module:
     return PretrainedEncoder(cfg, info)
 
 

@@ -16,7 +16,7 @@ def settings_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """A model config without its ``_target_`` (what the typed schema holds)."""
     return {k: v for k, v in model_cfg.items() if k != TARGET}
 
-BACKBONES = ("auto", "cnn", "plain_cnn", "resnet18", "resnet50", "vit_b_16", "mlp", "text_bag", "sudoku_cells")
+BACKBONES = ("auto", "cnn", "plain_cnn", "resnet18", "resnet50", "vit_b_16", "hf", "mlp", "text_bag", "sudoku_cells")
 TRAINING_MODES = ("independent", "sequential", "joint")
 CONCEPT_INPUTS = ("features", "hint", "hint_detached")
 CONCEPT_READOUTS = ("soft", "hard")
@@ -43,7 +43,8 @@ class BackboneConfig:
     aux_weight: float = 0.0
     #: resnet18 / resnet50 / vit_b_16: ``null`` (resnet18 only: the from-scratch network), ``random``,
     #: ``torchvision`` (torchvision's file, already in torch's hub cache: nothing is downloaded) or a
-    #: state_dict file (:mod:`synthetic.real.encoders`); a projection to ``out_dim`` follows.
+    #: state_dict file; hf: the folder of a CLIP / SigLIP image encoder saved by transformers
+    #: (:mod:`synthetic.real.encoders`); a projection to ``out_dim`` follows.
     weights: str | None = None
     #: Pretrained encoders: keep the encoder's weights fixed (and its batch norm in eval mode); only the
     #: projection, the concept layer and the head train.
@@ -56,7 +57,7 @@ class BackboneConfig:
             raise ValueError("backbone sizes must be positive")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"backbone.dropout must be in [0, 1), got {self.dropout}")
-        if self.name in ("resnet50", "vit_b_16") and self.weights is None:
+        if self.name in ("resnet50", "vit_b_16", "hf") and self.weights is None:
             raise ValueError(f"backbone.name={self.name} is a pretrained encoder: set backbone.weights (torchvision | random | <state_dict file>)")
         if self.freeze and self.weights is None:
             raise ValueError("backbone.freeze needs a pretrained encoder (backbone.weights)")

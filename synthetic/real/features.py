@@ -29,7 +29,8 @@ class FeaturesConfig:
 
     #: ``none`` (the images) or ``precompute`` (the embeddings, cached).
     kind: str = "none"
-    #: ``resnet18`` | ``resnet50`` | ``vit_b_16`` (:data:`synthetic.real.encoders.ENCODERS`).
+    #: ``resnet18`` | ``resnet50`` | ``vit_b_16`` (:data:`synthetic.real.encoders.ENCODERS`) | ``hf`` (a CLIP or
+    #: SigLIP image encoder saved by transformers; ``weights``: its folder).
     encoder: str = "resnet18"
     #: ``random`` | ``torchvision`` (torchvision's file, already in torch's hub cache) | a state_dict file.
     weights: str = "torchvision"
@@ -45,7 +46,7 @@ class FeaturesConfig:
         from synthetic.real.encoders import ENCODERS
 
         one_of("data.features.kind", self.kind, FEATURE_KINDS)
-        one_of("data.features.encoder", self.encoder, tuple(ENCODERS))
+        one_of("data.features.encoder", self.encoder, (*ENCODERS, "hf"))
         integer("data.features.batch_size", self.batch_size, 1)
         one_of("data.features.device", self.device, DEVICES)
         integer("data.features.seed", self.seed, 0)

@@ -51,3 +51,16 @@ def test_bad_settings_are_one_line():
         BackboneConfig(name="cnn", freeze=True)
     with pytest.raises(ValueError, match="vit_b_16 reads 224 px images; the data's are 32 px"):
         build_backbone(BackboneConfig(name="vit_b_16", weights="random"), INFO)
+
+
+def test_a_local_siglip_folder_as_a_frozen_backbone(tmp_path):
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    torch.manual_seed(0)
+    cfg = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8)
+    SiglipVisionModel(cfg).save_pretrained(tmp_path / "siglip")
+    bb = build_backbone(BackboneConfig(name="hf", weights=str(tmp_path / "siglip"), freeze=True, out_dim=8), INFO)
+    assert isinstance(bb, PretrainedEncoder) and bb(torch.rand(2, 3, 32, 32)).shape == (2, 8)  # 32 px resized to its 16
+    assert all(not p.requires_grad for p in bb.encoder.parameters())
+    with pytest.raises(ValueError, match="backbone.name=hf is a pretrained encoder: set backbone.weights"):
+        BackboneConfig(name="hf")

@@ -91,3 +91,40 @@ def test_encoder_refusals_are_one_line(tmp_path, monkeypatch):
         encoders.fingerprint("resnet18", "torchvision")
     with pytest.raises(ValueError, match="data.features.encoder"):
         features.FeaturesConfig(encoder="alexnet")
+
+
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory):
+    """A CLIP image encoder with random weights, saved as transformers saves one (no download)."""
+    from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("clip") / "tiny-clip"
+    cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32, patch_size=8,
+                           projection_dim=16)  # fmt: skip
+    CLIPVisionModelWithProjection(cfg).save_pretrained(folder)
+    return folder
+
+
+def test_a_local_clip_folder_as_the_feature_encoder(cub_root, tmp_path, tiny_clip, forward_calls):
+    """encoder=hf: CLIP's projected image embedding (0.4.1's CLIP features) of the images resized to the
+    model's side and CLIP-normalised, cached by the folder's bytes."""
+    from transformers import CLIPVisionModelWithProjection
+
+    d = load(cfg(cub_root, encoder="hf", weights=str(tiny_clip)), tmp_path / "cache")
+    assert d.x.shape == (16, 16) and len(forward_calls) == 1 and d.info["features"]["fingerprint"].startswith("hf:")
+    images = load(CUBConfig(root=str(cub_root), concepts="voted", min_class_count=1, image_size=32), tmp_path / "cache")
+    model = CLIPVisionModelWithProjection.from_pretrained(tiny_clip).eval()
+    mean, std = (torch.tensor(v).view(1, 3, 1, 1) for v in encoders.HF_TYPES["clip"][1:])
+    with torch.no_grad():  # by hand: 32 px images at CLIP's own side (32), CLIP's normalisation
+        x = torch.from_numpy(images.x).permute(0, 3, 1, 2).float() / 255.0
+        by_hand = model(pixel_values=(x - mean) / std).image_embeds.numpy()
+    np.testing.assert_allclose(d.x, by_hand, rtol=1e-4, atol=1e-5)
+    load(cfg(cub_root, encoder="hf", weights=str(tiny_clip)), tmp_path / "cache")
+    assert len(forward_calls) == 1  # the rerun reads the cache
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(ConfigError, match="holds a 'bert' model; an image encoder of"):
+        encoders.build_encoder("hf", str(tmp_path / "bert"))
+    with pytest.raises(ConfigError, match="weights must be a local folder saved by transformers"):
+        encoders.fingerprint("hf", str(tmp_path / "nowhere"))
