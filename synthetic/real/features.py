@@ -10,7 +10,7 @@ MLP over them).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,5 +78,4 @@ def with_features(data: SyntheticData, cfg: FeaturesConfig, key: dict[str, Any],
     fp = fingerprint(cfg.encoder, cfg.weights, cfg.seed)
     arrays = cached_arrays({**key, "features": fp}, lambda: {"x": embed(data.x, cfg, image_size)}, cache_dir, prefix="features", required=("x",))
     info = {**data.info, "features": {**asdict(cfg), "fingerprint": fp}}
-    fields = {k: getattr(data, k) for k in ("c", "c_true", "y", "split", "meta", "concept_names", "true_concept_names", "class_names", "meta_names")}
-    return SyntheticData(x=np.asarray(arrays["x"], dtype=np.float32), modality="tabular", extra=dict(data.extra), info=info, **fields)
+    return replace(data, x=np.asarray(arrays["x"], dtype=np.float32), modality="tabular", extra=dict(data.extra), info=info)

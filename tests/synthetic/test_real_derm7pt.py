@@ -62,7 +62,7 @@ def test_bad_layouts_name_the_file(root, tmp_path):
         _ = Derm7ptConfig(root=str(bad)).split_sizes
     (bad / "meta" / "valid_indexes.csv").write_text("indexes\n3\n")
     text = (bad / "meta" / "meta.csv").read_text().splitlines()
-    text[2] = text[2].replace(",low,", ",low,", 1).replace("atypical", "weird", 1).replace("typical", "weird", 1)
+    text[2] = text[2].replace("atypical", "weird", 1).replace("typical", "weird", 1)  # the pigment network of row 2
     (bad / "meta" / "meta.csv").write_text("\n".join(text) + "\n")
     with pytest.raises(LayoutError, match=r"meta.csv line 3: pigment_network is 'weird'"):
         _ = Derm7ptConfig(root=str(bad)).split_sizes
