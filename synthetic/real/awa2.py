@@ -113,4 +113,5 @@ def generate(cfg: AwA2Config) -> SyntheticData:
 def load(cfg: AwA2Config, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
     """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
     ix = _index(cfg)
-    return load_real(cfg, cache_dir, storage, list(ix["paths"].values()), lambda: generate(cfg), listing=ix["images"])
+    return load_real(cfg, cache_dir, storage, list(ix["paths"].values()), lambda: generate(cfg),
+                     images=[ix["base"] / "JPEGImages" / rel for rel in ix["images"]])  # fmt: skip

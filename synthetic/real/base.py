@@ -78,13 +78,14 @@ def files_hash(paths: Iterable[Path]) -> str:
 
 
 def load_real(cfg: Any, cache_dir: str | Path | None, storage: str, files: Iterable[Path], generate: Callable[[], SyntheticData],
-              listing: Iterable[str] = ()) -> SyntheticData:  # fmt: skip
-    """``generate()`` through the on-disk cache, keyed by the config (not ``root``), ``files``' bytes and the
-    image ``listing`` (for datasets whose images are found by listing folders): moving the dataset keeps
+              images: Iterable[Path] = ()) -> SyntheticData:  # fmt: skip
+    """``generate()`` through the on-disk cache, keyed by the config (not ``root``), ``files``' bytes and
+    the ``images``' names and sizes (a replaced or broken image is never served from another copy's
+    cache; reading every image's bytes would cost as much as decoding them): moving the dataset keeps
     its cache, changing a file makes a new one; then the feature cache."""
     if storage != "memory":
         raise ValueError(f"data={cfg.name} reads its images into memory (data_storage=memory), got '{storage}'")
-    names = hashlib.sha256("\n".join(listing).encode()).hexdigest()[:16]
+    names = hashlib.sha256("\n".join(f"{p.name} {p.stat().st_size if p.is_file() else -1}" for p in images).encode()).hexdigest()[:16]
     key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": files_hash(files), "listing": names}
     arrays = cached_arrays(key, lambda: generate().to_arrays(), cache_dir, prefix=cfg.name, required=SyntheticData.ARRAY_KEYS)
     return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)

@@ -118,4 +118,5 @@ def generate(cfg: CelebAConfig) -> SyntheticData:
 def load(cfg: CelebAConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
     """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
     ix = _index(cfg)
-    return load_real(cfg, cache_dir, storage, list(ix["paths"].values()), lambda: generate(cfg))
+    return load_real(cfg, cache_dir, storage, list(ix["paths"].values()), lambda: generate(cfg),
+                     images=[ix["base"] / "img_align_celeba" / f for f in ix["files"]])  # fmt: skip

@@ -218,4 +218,5 @@ def generate(cfg: CUBConfig) -> SyntheticData:
 def load(cfg: CUBConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
     """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
     ix = _index(cfg)
-    return load_real(cfg, cache_dir, storage, [*ix["paths"].values(), cfg.attribute_names_file()], lambda: generate(cfg))
+    return load_real(cfg, cache_dir, storage, [*ix["paths"].values(), cfg.attribute_names_file()], lambda: generate(cfg),
+                     images=[ix["base"] / "images" / rel for rel in ix["images"]])  # fmt: skip

@@ -188,4 +188,5 @@ def generate(cfg: Derm7ptConfig) -> SyntheticData:
 
 def load(cfg: Derm7ptConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:
     """:func:`generate` through the cache (:func:`synthetic.real.base.load_real`)."""
-    return load_real(cfg, cache_dir, storage, _table(cfg)["files"], lambda: generate(cfg))
+    t = _table(cfg)
+    return load_real(cfg, cache_dir, storage, t["files"], lambda: generate(cfg), images=[t["base"] / "images" / r["derm"] for r in t["rows"]])

@@ -158,3 +158,14 @@ def test_the_first_classes_only_as_cub25_reads_them(cub_root):
     assert (d.split == 3).sum() == (~pub["train"][rows]).sum()
     with pytest.raises(LayoutError, match="data.classes=5 but .*classes.txt has 4 classes"):
         _ = CUBConfig(root=str(cub_root), classes=5).split_sizes
+
+
+def test_a_broken_image_is_never_served_from_a_good_copys_cache(cub_root, tmp_path):
+    """The same label files, one image replaced: the cache of the good copy does not answer for it."""
+    cache = tmp_path / "cache"
+    load(CUBConfig(root=str(cub_root), concepts="voted", min_class_count=1, image_size=8), cache)
+    broken = shutil.copytree(cub_root, tmp_path / "broken")
+    first = (broken / "CUB_200_2011" / "images.txt").read_text().split()[1]
+    (broken / "CUB_200_2011" / "images" / first).write_bytes(b"not a jpeg")
+    with pytest.raises(LayoutError, match="does not open"):
+        load(CUBConfig(root=str(broken), concepts="voted", min_class_count=1, image_size=8), cache)
