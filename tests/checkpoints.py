@@ -11,15 +11,16 @@ import torch
 SMALL = {"name": "robot", "modality": "tabular", "n_train": 200, "n_calib": 0, "n_test": 300}
 
 
-def make_checkpoint(path: Path, cache: Path, model: str = "cbm", **data) -> Path:
-    """An untrained ``model`` at ``path`` (``.../checkpoints/best.ckpt``), its data cached in ``cache``."""
+def make_checkpoint(path: Path, cache: Path, model: str = "cbm", base: dict | None = None, **data) -> Path:
+    """An untrained ``model`` at ``path`` (``.../checkpoints/best.ckpt``), its data (``base``, the tabular
+    robots unless given, updated by ``data``) cached in ``cache``."""
     import lightning as L
 
     from cbm.core.validation import as_dict
     from cbm.models import build_model
     from synthetic.registry import data_config, data_info, load_data
 
-    dcfg = data_config({**SMALL, **data})
+    dcfg = data_config({**(SMALL if base is None else base), **data})
     ds = load_data(dcfg, str(cache))
     torch.manual_seed(0)
     m = build_model({"name": model}, data_info(ds, dcfg), as_dict(dcfg))

@@ -7,6 +7,10 @@ dataset annotates classes, not images) and its class as the label, as pytorch-co
 split is drawn at random (``val_fraction`` / ``test_fraction``, seeded: 10% / 20% there), since the
 published train / test classes are a zero-shot split. ``per_class`` keeps that many images of each class
 (seeded) for a CPU-sized run.
+
+The 85 predicates fall into the 28 groups of the dataset's attribute taxonomy (:data:`GROUPS`: colour,
+fur pattern, size, ..., as pytorch-concepts groups them), which ``cbm-intervene groups=true`` reveals
+whole; a predicate the taxonomy does not name is a group of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +26,47 @@ from synthetic.real.base import RealData, load_real
 from synthetic.real.layout import LayoutError, load_image, need_file, read_columns
 
 FILES = ("classes.txt", "predicates.txt", "predicate-matrix-binary.txt")
+#: AwA2's attribute taxonomy: group -> its predicates (``predicates.txt`` names), 28 groups over all 85.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "color": ("black", "white", "blue", "brown", "gray", "orange", "red", "yellow"),
+    "fur_pattern": ("patches", "spots", "stripes", "furry", "hairless", "toughskin"),
+    "size": ("big", "small", "bulbous", "lean"),
+    "limb_shape": ("flippers", "hands", "hooves", "pads", "paws", "longleg", "longneck"),
+    "tail": ("tail",),
+    "teeth_type": ("chewteeth", "meatteeth", "buckteeth", "strainteeth"),
+    "horns": ("horns",),
+    "claws": ("claws",),
+    "tusks": ("tusks",),
+    "smelly": ("smelly",),
+    "transport_mechanism": ("flys", "hops", "swims", "tunnels", "walks"),
+    "speed": ("fast", "slow"),
+    "strength": ("strong", "weak"),
+    "muscle": ("muscle",),
+    "movement": ("bipedal", "quadrapedal"),
+    "active": ("active", "inactive"),
+    "nocturnal": ("nocturnal",),
+    "hibernate": ("hibernate",),
+    "agility": ("agility",),
+    "diet": ("fish", "meat", "plankton", "vegetation", "insects"),
+    "feeding_type": ("forager", "grazer", "hunter", "scavenger", "skimmer", "stalker"),
+    "general_location": ("newworld", "oldworld", "arctic"),
+    "biome": ("coastal", "desert", "bush", "plains", "forest", "fields", "jungle", "mountains", "ocean", "ground", "water", "tree",
+              "cave"),
+    "fierceness": ("fierce", "timid"),
+    "smart": ("smart",),
+    "social_mode": ("group", "solitary"),
+    "nestspot": ("nestspot",),
+    "domestic": ("domestic",),
+}  # fmt: skip
+
+
+def intervention_groups(predicates: list[str]) -> dict[str, list[str]]:
+    """The taxonomy's groups over ``predicates`` (in their order), each unnamed predicate its own group."""
+    of = {p: g for g, members in GROUPS.items() for p in members}
+    groups: dict[str, list[str]] = {}
+    for p in predicates:
+        groups.setdefault(of.get(p, p), []).append(p)
+    return groups
 
 
 @dataclass
@@ -107,7 +152,8 @@ def generate(cfg: AwA2Config) -> SyntheticData:
     meta = np.stack([ix["label"] + 1, np.arange(len(ix["label"]))], axis=1).astype(np.int64)
     return SyntheticData(x=x, c=c, c_true=c.copy(), y=ix["label"], split=ix["split"], meta=meta,
                          concept_names=ix["predicates"], true_concept_names=ix["predicates"], class_names=ix["classes"],
-                         meta_names=["class_id", "image_index"], modality="image", info={"source": "Animals with Attributes 2"})  # fmt: skip
+                         meta_names=["class_id", "image_index"], modality="image",
+                         info={"source": "Animals with Attributes 2", "intervention_groups": intervention_groups(ix["predicates"])})  # fmt: skip
 
 
 def load(cfg: AwA2Config, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:

@@ -67,6 +67,11 @@ class RealData:
         return asdict(self)
 
 
+#: Bumped when a reader's output changes for the same files (2: AwA2's groups, CelebA's composite task),
+#: so a cache an older reader wrote is not served.
+CACHE_FORMAT = 2
+
+
 def files_hash(paths: Iterable[Path]) -> str:
     """Hash of the files' bytes, in order."""
     h = hashlib.sha256()
@@ -86,6 +91,7 @@ def load_real(cfg: Any, cache_dir: str | Path | None, storage: str, files: Itera
     if storage != "memory":
         raise ValueError(f"data={cfg.name} reads its images into memory (data_storage=memory), got '{storage}'")
     names = hashlib.sha256("\n".join(f"{p.name} {p.stat().st_size if p.is_file() else -1}" for p in images).encode()).hexdigest()[:16]
-    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": files_hash(files), "listing": names}
+    key = {**{k: v for k, v in asdict(cfg).items() if k not in ("root", "features")}, "files": files_hash(files), "listing": names,
+           "format": CACHE_FORMAT}  # fmt: skip
     arrays = cached_arrays(key, lambda: generate().to_arrays(), cache_dir, prefix=cfg.name, required=SyntheticData.ARRAY_KEYS)
     return with_features(SyntheticData.from_arrays(arrays), cfg.features, key, cache_dir, cfg.image_size)

@@ -6,11 +6,19 @@ attribute names, then one line per image: its file and 40 values of -1 / 1) and
 same under a ``celeba/`` folder, is found too. As pytorch-concepts reads it, one attribute is the task
 (``task``, ``Attractive`` by default) and the 39 others are the concepts, on the official split.
 ``max_images`` keeps that many images of each split (seeded) for a CPU-sized run.
+
+``task: composite`` is the CEM paper's CelebA task instead: the attributes are ranked by how balanced
+they are over the whole file (``|share - 0.5|``, ties by their order), the first ``composite.concepts``
+are the concepts and the next ``composite.hidden`` are hidden (in the label, not given: an incomplete
+concept set); the label is the binary number those attributes spell (concepts then hidden, each
+sorted by column; ``composite.width`` attributes per bit, a bit set when any of them is), renumbered
+over the codes that occur. CEM draws a random 70 / 10 / 20 split of the whole file; here the split
+stays the official one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +32,22 @@ FILES = ("list_attr_celeba.txt", "list_eval_partition.txt")
 PARTITION = {0: "train", 1: "val", 2: "test"}
 
 
+#: ``data.task`` naming the CEM paper's composite task rather than one attribute.
+COMPOSITE = "composite"
+
+
+@dataclass
+class CompositeTask:
+    """``data.composite``: the CEM paper's CelebA task (``task: composite``; see the module docstring)."""
+
+    #: The most balanced attributes given as concepts (CEM: 6).
+    concepts: int = 6
+    #: The next most balanced, in the label but not given (CEM: 2).
+    hidden: int = 2
+    #: Attributes per bit of the label (CEM's ``label_binary_width``: 1).
+    width: int = 1
+
+
 @dataclass
 class CelebAConfig(RealData):
     """``data=celeba``: CelebA from ``root`` (see the module docstring)."""
@@ -31,8 +55,10 @@ class CelebAConfig(RealData):
     name: str = "celeba"
     #: The folder holding ``img_align_celeba/`` and the attribute files (or torchvision's ``celeba/`` above it).
     root: str = ""
-    #: The attribute that is the label (pytorch-concepts: ``Attractive``); the other 39 are the concepts.
+    #: The attribute that is the label (pytorch-concepts: ``Attractive``), the other 39 the concepts; or
+    #: ``composite``, the CEM paper's task (``composite``).
     task: str = "Attractive"
+    composite: CompositeTask = field(default_factory=CompositeTask)
     #: Images kept per split (seeded); ``null``: all 202,599.
     max_images: int | None = None
 
@@ -44,6 +70,12 @@ class CelebAConfig(RealData):
         self.check_common()
         if self.max_images is not None:
             integer("data.max_images", self.max_images, 1)
+        integer("data.composite.concepts", self.composite.concepts, 1, 39)
+        integer("data.composite.hidden", self.composite.hidden, 0, 39)
+        integer("data.composite.width", self.composite.width, 1, 40)
+        if self.composite.concepts + self.composite.hidden > 40:
+            raise ValueError(f"data.composite: concepts + hidden must be at most CelebA's 40 attributes, got "
+                             f"{self.composite.concepts} + {self.composite.hidden}")  # fmt: skip
 
     @property
     def base(self) -> Path:
@@ -67,8 +99,11 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
     names, rows = lines[1], lines[2:]
     if int(lines[0][0]) != len(rows):
         raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: says {lines[0][0]} images, lists {len(rows)}")
-    if cfg.task not in names:
-        raise LayoutError(f"celeba: data.task={cfg.task!r} is not an attribute of {paths['list_attr_celeba.txt']} ({names})")
+    if cfg.task not in (*names, COMPOSITE):
+        raise LayoutError(f"celeba: data.task={cfg.task!r} is neither '{COMPOSITE}' nor an attribute of {paths['list_attr_celeba.txt']} ({names})")
+    if cfg.task == COMPOSITE and cfg.composite.concepts + cfg.composite.hidden > len(names):
+        raise LayoutError(f"celeba: data.composite asks for {cfg.composite.concepts} + {cfg.composite.hidden} attributes, "
+                          f"{paths['list_attr_celeba.txt']} has {len(names)}")  # fmt: skip
     try:
         values = np.array([[int(v) for v in r[1:]] for r in rows], dtype=np.int64)
     except ValueError:
@@ -101,18 +136,38 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
     return {"base": base, "paths": paths, "names": names, "values": (values + 1) // 2, "files": files, "split": split}
 
 
+def composite_task(values: np.ndarray, task: CompositeTask) -> dict[str, Any]:
+    """The CEM paper's task over ``values [N, 40]`` (0/1, every image of the file): the concept and hidden
+    columns, each image's class and the classes' codes (the binary strings, most significant bit first)."""
+    order = np.argsort(np.abs(values.mean(0) - 0.5), kind="stable")
+    shown = sorted(order[: task.concepts].tolist())
+    hidden = sorted(order[task.concepts : task.concepts + task.hidden].tolist())
+    spelled = values[:, shown + hidden]
+    bits = np.stack([spelled[:, i : i + task.width].any(1) for i in range(0, spelled.shape[1], task.width)], axis=1)
+    code = bits.astype(np.int64) @ (1 << np.arange(bits.shape[1] - 1, -1, -1))
+    codes, label = np.unique(code, return_inverse=True)
+    return {"concepts": shown, "hidden": hidden, "label": label.astype(np.int64),
+            "class_names": [format(int(v), f"0{bits.shape[1]}b") for v in codes]}  # fmt: skip
+
+
 def generate(cfg: CelebAConfig) -> SyntheticData:
     ix = _index(cfg)
     rows = np.flatnonzero(ix["split"] >= 0)
-    t = ix["names"].index(cfg.task)
-    keep = [j for j in range(len(ix["names"])) if j != t]
+    names = ix["names"]
+    if cfg.task == COMPOSITE:
+        task = composite_task(ix["values"], cfg.composite)
+        keep, y, class_names = task["concepts"], task["label"][rows], task["class_names"]
+        info = {"source": "CelebA", "task": COMPOSITE, "concepts": [names[j] for j in keep], "hidden": [names[j] for j in task["hidden"]]}
+    else:
+        t = names.index(cfg.task)
+        keep = [j for j in range(len(names)) if j != t]
+        y, class_names, info = ix["values"][rows, t], [f"not {cfg.task}", cfg.task], {"source": "CelebA", "task": cfg.task}
     c = ix["values"][rows][:, keep].astype(np.float32)
     x = np.stack([load_image(ix["base"] / "img_align_celeba" / ix["files"][r], cfg.image_size, "celeba") for r in rows])
-    names = [ix["names"][j] for j in keep]
-    return SyntheticData(x=x, c=c, c_true=c.copy(), y=ix["values"][rows, t].astype(np.int64), split=ix["split"][rows],
-                         meta=(rows + 1)[:, None].astype(np.int64), concept_names=names, true_concept_names=names,
-                         class_names=[f"not {cfg.task}", cfg.task], meta_names=["image_number"], modality="image",
-                         info={"source": "CelebA", "task": cfg.task})  # fmt: skip
+    kept = [names[j] for j in keep]
+    return SyntheticData(x=x, c=c, c_true=c.copy(), y=y.astype(np.int64), split=ix["split"][rows],
+                         meta=(rows + 1)[:, None].astype(np.int64), concept_names=kept, true_concept_names=kept,
+                         class_names=class_names, meta_names=["image_number"], modality="image", info=info)  # fmt: skip
 
 
 def load(cfg: CelebAConfig, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:

@@ -48,7 +48,7 @@ def test_torchvision_layout_and_max_images(root, tmp_path):
 
 def test_bad_files_name_the_file(root, tmp_path):
     bad = Path(shutil.copytree(root, tmp_path / "bad"))
-    with pytest.raises(LayoutError, match="data.task='Handsome' is not an attribute of .*list_attr_celeba.txt"):
+    with pytest.raises(LayoutError, match="data.task='Handsome' is neither 'composite' nor an attribute of .*list_attr_celeba.txt"):
         _ = CelebAConfig(root=str(bad), task="Handsome").split_sizes
     part = bad / "list_eval_partition.txt"
     part.write_text(part.read_text().replace(" 2\n", " 7\n", 1))
@@ -58,3 +58,34 @@ def test_bad_files_name_the_file(root, tmp_path):
     attr.write_text("31\n" + "".join(attr.read_text().splitlines(keepends=True)[1:]))
     with pytest.raises(LayoutError, match="says 31 images, lists 30"):
         _ = CelebAConfig(root=str(bad)).split_sizes
+
+
+@pytest.mark.parametrize("n_concepts, hidden, width", [(6, 2, 1), (3, 3, 2), (4, 0, 1)])
+def test_composite_task_is_the_number_the_most_balanced_attributes_spell(root, n_concepts, hidden, width):
+    """task=composite (the CEM paper's CelebA): computed here row by row from the file, with Python's
+    stable sort for the balance ranking and a binary string per image."""
+    from synthetic.real.celeba import CompositeTask
+
+    values = (table(root) + 1) // 2
+    share = values.mean(0)
+    ranked = sorted(range(40), key=lambda j: abs(share[j] - 0.5))
+    shown, hid = sorted(ranked[:n_concepts]), sorted(ranked[n_concepts : n_concepts + hidden])
+    cols = shown + hid
+    codes = [int("".join(str(int(any(row[cols[i : i + width]]))) for i in range(0, len(cols), width)), 2) for row in values]
+    classes = sorted(set(codes))
+    d = generate(CelebAConfig(root=str(root), task="composite", composite=CompositeTask(n_concepts, hidden, width), image_size=8))
+    assert d.concept_names == [CELEBA_ATTRIBUTES[j] for j in shown]
+    assert d.info["hidden"] == [CELEBA_ATTRIBUTES[j] for j in hid] and d.info["task"] == "composite"
+    np.testing.assert_array_equal(d.c, values[:, shown])
+    assert d.y.tolist() == [classes.index(v) for v in codes]
+    n_bits = -(-len(cols) // width)
+    assert d.class_names == [format(v, f"0{n_bits}b") for v in classes]
+
+
+def test_composite_task_refusals(root):
+    from synthetic.real.celeba import CompositeTask
+
+    with pytest.raises(ValueError, match="data.composite: concepts \\+ hidden must be at most CelebA's 40 attributes, got 30 \\+ 11"):
+        CelebAConfig(root=str(root), task="composite", composite=CompositeTask(30, 11))
+    with pytest.raises(ValueError, match="data.composite.width"):
+        CelebAConfig(root=str(root), task="composite", composite=CompositeTask(width=0))

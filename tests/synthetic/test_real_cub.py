@@ -114,21 +114,12 @@ def test_cbm_intervene_reveals_concepts_or_whole_attribute_groups(cub_root, tmp_
     """cbm-intervene on a CUB model: by concept (k counts the 14 attributes) and with groups=true (k
     counts the 7 groups, every attribute of an asked group answered); revealing everything is the same
     either way."""
-    import lightning as L
-    import torch
+    from checkpoints import make_checkpoint
 
-    from cbm.core.validation import as_dict
     from cbm.experiments import intervene
-    from cbm.models import build_model
-    from synthetic.registry import data_config, data_info, load_data
 
-    dcfg = data_config({"name": "cub", "root": str(cub_root), "concepts": "voted", "min_class_count": 1, "image_size": 16})
-    ds = load_data(dcfg, str(tmp_path / "cache"))
-    torch.manual_seed(0)
-    m = build_model({"name": "cbm"}, data_info(ds, dcfg), as_dict(dcfg))
-    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
-    ckpt.parent.mkdir(parents=True)
-    torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams), "pytorch-lightning_version": L.__version__}, ckpt)
+    cub = {"name": "cub", "root": str(cub_root), "concepts": "voted", "min_class_count": 1, "image_size": 16}
+    make_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", tmp_path / "cache", base=cub)
     base = {"checkpoint": str(tmp_path / "run"), "cache_dir": str(tmp_path / "cache"), "policy": {"random": {}}, "intervener": {"oracle": {}},
             "ks": [0, 1, "max"], "per_example": True}  # fmt: skip
     by_concept = intervene.run({**base, "output_dir": str(tmp_path / "c")})
@@ -143,8 +134,6 @@ def test_cbm_intervene_reveals_concepts_or_whole_attribute_groups(cub_root, tmp_
     assert by_group.row("oracle", "random", 1)["mean_requested"] == 1.0
     assert by_group.row("oracle", "random", 7)["accuracy"] == by_concept.row("oracle", "random", 14)["accuracy"]
     with pytest.raises(ValueError, match="groups=true: this data declares no concept groups"):
-        from checkpoints import make_checkpoint
-
         make_checkpoint(tmp_path / "robot" / "checkpoints" / "best.ckpt", tmp_path / "cache")
         intervene.run({**base, "checkpoint": str(tmp_path / "robot"), "output_dir": str(tmp_path / "r"), "groups": True})
 
