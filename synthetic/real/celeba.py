@@ -12,8 +12,8 @@ they are over the whole file (``|share - 0.5|``, ties by their order), the first
 are the concepts and the next ``composite.hidden`` are hidden (in the label, not given: an incomplete
 concept set); the label is the binary number those attributes spell (concepts then hidden, each
 sorted by column; ``composite.width`` attributes per bit, a bit set when any of them is), renumbered
-over the codes that occur. CEM draws a random 70 / 10 / 20 split of the whole file; here the split
-stays the official one.
+over the codes that occur. CEM also keeps a random 1 image in 12 of the file and splits those at
+random 70 / 10 / 20: ``subsample: 12`` and ``split: random`` (``val_fraction`` / ``test_fraction``).
 """
 
 from __future__ import annotations
@@ -59,15 +59,27 @@ class CelebAConfig(RealData):
     #: ``composite``, the CEM paper's task (``composite``).
     task: str = "Attractive"
     composite: CompositeTask = field(default_factory=CompositeTask)
+    #: Keep a random 1 image in this many of the file (seeded; CEM: 12), before the split.
+    subsample: int = 1
+    #: ``official`` (``list_eval_partition.txt``) or ``random`` (seeded, ``val_fraction`` / ``test_fraction``: CEM's).
+    split: str = "official"
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
     #: Images kept per split (seeded); ``null``: all 202,599.
     max_images: int | None = None
 
     ROOT_HOLDS: ClassVar[str] = "the folder holding img_align_celeba/"
 
     def __post_init__(self) -> None:
-        from cbm.core.validation import integer
+        from cbm.core.validation import integer, number, one_of
 
         self.check_common()
+        integer("data.subsample", self.subsample, 1)
+        one_of("data.split", self.split, ("official", "random"))
+        number("data.val_fraction", self.val_fraction, 0.0, 0.9)
+        number("data.test_fraction", self.test_fraction, 0.0, 0.9)
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(f"data.val_fraction + data.test_fraction must be < 1, got {self.val_fraction} + {self.test_fraction}")
         if self.max_images is not None:
             integer("data.max_images", self.max_images, 1)
         integer("data.composite.concepts", self.composite.concepts, 1, 39)
@@ -124,9 +136,19 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
     if missing:
         raise LayoutError(f"celeba: {paths['list_eval_partition.txt']}: no split for {missing[0]} ({len(missing)} images)")
     split = np.array([SPLITS[PARTITION[part[f]]] for f in files], dtype=np.int8)
+    rng = np.random.default_rng(cfg.seed)
+    kept = np.sort(rng.choice(len(files), len(files) // cfg.subsample, replace=False)) if cfg.subsample > 1 else np.arange(len(files))
+    if cfg.split == "random":
+        order = rng.permutation(kept)
+        n_test, n_val = int(cfg.test_fraction * len(kept)), int(cfg.val_fraction * len(kept))
+        split[kept] = SPLITS["train"]
+        split[order[:n_test]] = SPLITS["test"]
+        split[order[n_test : n_test + n_val]] = SPLITS["val"]
+    dropped = np.ones(len(files), dtype=bool)
+    dropped[kept] = False
+    split[dropped] = -1
     if cfg.max_images is not None:
-        rng = np.random.default_rng(cfg.seed)
-        for code in np.unique(split):
+        for code in np.unique(split[split >= 0]):
             rows_of = np.flatnonzero(split == code)
             if len(rows_of) > cfg.max_images:
                 split[rng.choice(rows_of, len(rows_of) - cfg.max_images, replace=False)] = -1

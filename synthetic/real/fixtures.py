@@ -195,11 +195,19 @@ CELEBA_ATTRIBUTES = (
 )  # fmt: skip
 
 
+#: ``write_celeba``: the attribute -> the robot feature (column of the robots' concepts) it is.
+CELEBA_FROM_ROBOT = {"Attractive": 0, "Male": 1, "Eyeglasses": 2, "Wearing_Hat": 3, "Black_Hair": 4, "Smiling": 5, "Young": 6}
+#: ``write_celeba``: how often each other attribute is set.
+RARE = 0.15
+
+
 def write_celeba(root: str | Path, n_images: int = 40, image_size: int = 48, seed: int = 0) -> Path:
     """CelebA's files under ``root``: ``img_align_celeba/NNNNNN.jpg``, ``list_attr_celeba.txt`` (the count,
     the 40 names with the published trailing space, then -1 / 1 values with the double spaces before a
-    positive one) and ``list_eval_partition.txt`` (0 / 1 / 2). ``Attractive`` is the robot's round head,
-    ``Smiling`` its closed mouth, the others random. Returns ``root``."""
+    positive one) and ``list_eval_partition.txt`` (0 / 1 / 2). Seven attributes are the robot's seven
+    features, so the images show them (``Attractive`` its round head, ``Smiling`` its closed mouth, see
+    :data:`CELEBA_FROM_ROBOT`); the 33 others are random and rare (15%), so the most balanced attributes
+    (``task=composite``'s concepts) are the visible ones. Returns ``root``."""
     from PIL import Image
 
     from synthetic.robot import RobotConfig
@@ -208,9 +216,9 @@ def write_celeba(root: str | Path, n_images: int = 40, image_size: int = 48, see
     root = Path(root)
     pool = load_robots(RobotConfig(n_train=n_images, val_fraction=0.0, n_calib=0, n_test=0, image_size=image_size, seed=seed))
     rng = np.random.default_rng(seed)
-    values = rng.integers(0, 2, (n_images, len(CELEBA_ATTRIBUTES)))
-    values[:, CELEBA_ATTRIBUTES.index("Attractive")] = pool.c[:, 0]
-    values[:, CELEBA_ATTRIBUTES.index("Smiling")] = pool.c[:, 5]
+    values = (rng.random((n_images, len(CELEBA_ATTRIBUTES))) < RARE).astype(np.int64)
+    for attribute, feature in CELEBA_FROM_ROBOT.items():
+        values[:, CELEBA_ATTRIBUTES.index(attribute)] = pool.c[:, feature]
     lines = [f"{n_images}\n", " ".join(CELEBA_ATTRIBUTES) + " \n"]
     parts = []
     for i in range(n_images):

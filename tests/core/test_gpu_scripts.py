@@ -150,8 +150,9 @@ def test_gpu_all_dry_run_runs_every_command_line(tmp_path):
 @pytest.mark.slow
 def test_real_data_gpu_check_dry_run_runs_every_command_line(tmp_path):
     """``real_data_gpu_check.sh --dry-run`` on a CUB fixture in the published layout: every step's
-    command line valid; without CBM_CUB_ROOT, one line and exit 2 before anything is installed."""
-    from synthetic.real.fixtures import write_cub
+    command line valid (CelebA's preset too, with CBM_CELEBA_ROOT); without CBM_CUB_ROOT, one line and
+    exit 2 before anything is installed."""
+    from synthetic.real.fixtures import write_celeba, write_cub
 
     env = {**os.environ, "GPU_VENV": str(tmp_path / "venv"), "PY": sys.executable, "REAL_CHECK_DIR": str(tmp_path / "work")}
     env.pop("CBM_CUB_ROOT", None)
@@ -160,10 +161,13 @@ def test_real_data_gpu_check_dry_run_runs_every_command_line(tmp_path):
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "real_data_gpu_check: set CBM_CUB_ROOT to the folder holding CUB_200_2011/ (docs/guides/real-data.md)"]
     root = write_cub(tmp_path / "cub", per_class=2)
-    res = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, timeout=600, env={**env, "CBM_CUB_ROOT": str(root)})
+    celeba = write_celeba(tmp_path / "celeba", n_images=120)  # the preset keeps 1 image in 12: 7 / 1 / 2
+    res = subprocess.run(["bash", script, "--dry-run"], capture_output=True, text=True, timeout=600,
+                         env={**env, "CBM_CUB_ROOT": str(root), "CBM_CELEBA_ROOT": str(celeba)})  # fmt: skip
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     steps = (tmp_path / "work" / "steps.tsv").read_text().split("\n")
-    assert [s.split("\t")[:2] for s in steps if s] == [[n, "ok"] for n in ("features-seed0", "features-seed1", "finetune", "intervene", "experiment")]
+    assert [s.split("\t")[:2] for s in steps if s] == [[n, "ok"] for n in ("features-seed0", "features-seed1", "finetune", "intervene", "experiment",
+                                                                          "celeba")]  # fmt: skip
     for prog in ("cbm-train", "cbm-intervene", "cbm-experiment"):
         assert f"{prog}: the command line is valid (dry run: nothing was run)" in out, prog

@@ -43,8 +43,8 @@ def test_every_preset_composes_and_every_cell_validates(preset, tmp_path, monkey
     (in a fresh output_dir: cells a checkout ran earlier with other settings would be refused)."""
     if preset.startswith("real_"):
         env = real_data_env(preset, tmp_path)
-        monkeypatch.setenv("CBM_CUB_ROOT", env["CBM_CUB_ROOT"])
-        monkeypatch.setenv("CBM_DERM7PT_ROOT", env["CBM_DERM7PT_ROOT"])
+        for name in ("CBM_CUB_ROOT", "CBM_DERM7PT_ROOT", "CBM_CELEBA_ROOT"):
+            monkeypatch.setenv(name, env[name])
     precheck("experiment", [f"+experiment={preset}", f"output_dir={tmp_path}"], experiment.validate)
 
 
@@ -260,11 +260,11 @@ def test_automation_rows_keep_failed_calibrations_as_na():
 
 
 def real_data_env(preset: str, where: Path) -> dict[str, str]:
-    """The environment a preset runs in: a real-data preset (``real_*``) reads a CUB fixture in the
-    published layout written under ``where`` (``CBM_CUB_ROOT``)."""
+    """The environment a preset runs in: a real-data preset (``real_*``) reads CUB, Derm7pt and CelebA
+    fixtures in their published layouts written under ``where`` (``CBM_CUB_ROOT`` ...)."""
     env = dict(os.environ)
     if preset.startswith("real_"):
-        from synthetic.real.fixtures import write_cub, write_derm7pt
+        from synthetic.real.fixtures import write_celeba, write_cub, write_derm7pt
 
         root = where / "cub_fixture"
         if not (root / "CUB_200_2011" / "images.txt").is_file():
@@ -272,7 +272,10 @@ def real_data_env(preset: str, where: Path) -> dict[str, str]:
         derm = where / "derm7pt_fixture"
         if not (derm / "meta" / "meta.csv").is_file():
             write_derm7pt(derm)
-        env["CBM_CUB_ROOT"], env["CBM_DERM7PT_ROOT"] = str(root), str(derm)
+        celeba = where / "celeba_fixture"
+        if not (celeba / "list_attr_celeba.txt").is_file():
+            write_celeba(celeba, n_images=120)
+        env["CBM_CUB_ROOT"], env["CBM_DERM7PT_ROOT"], env["CBM_CELEBA_ROOT"] = str(root), str(derm), str(celeba)
     return env
 
 
@@ -391,6 +394,14 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
             groups = len({name.split("::")[0] for name in meta["concepts"]})
             assert meta["units"] == "groups" and meta["k_max"] == groups < len(meta["concepts"]) and meta["ks"] == [0, 1, 3, groups], meta
         assert {r["model"] for r in report["interventions"]} == {"blackbox", "cbm", "cem", "probcbm"}
+    if preset == "real_celeba_smoke":  # CEM's composite task on the fixture's three most balanced (visible) attributes
+        from synthetic.real.fixtures import CELEBA_FROM_ROBOT
+
+        for cell in (c for c in manifest["cells"] if c["stage"] == "intervene"):
+            meta = json.loads((root / cell["dir"] / "results.json").read_text())["meta"]
+            assert meta["k_max"] == len(meta["concepts"]) == 3 and set(meta["concepts"]) <= set(CELEBA_FROM_ROBOT), meta
+        rows = {r["model"]: r for r in report["interventions"]}
+        assert set(rows) == {"blackbox", "cbm", "hybrid_cbm", "cem"} and "| 30.6 |" in (root / "report.md").read_text()
     if preset == "real_data_v04_smoke":  # both datasets, each on its cached embeddings, no data root among the settings
         assert {r["setting"] for r in report["interventions"]} == {"derm7pt", "cub25"}
         assert not any("data.root" in r for r in report["training"])

@@ -89,3 +89,19 @@ def test_composite_task_refusals(root):
         CelebAConfig(root=str(root), task="composite", composite=CompositeTask(30, 11))
     with pytest.raises(ValueError, match="data.composite.width"):
         CelebAConfig(root=str(root), task="composite", composite=CompositeTask(width=0))
+
+
+def test_cem_protocol_subsample_and_random_split(root):
+    """subsample=3 keeps a third of the file (30 // 3 images), split=random cuts them 70 / 10 / 20 by
+    their fractions (int(0.2 * 10) test, int(0.1 * 10) val); the official partition is not read."""
+    d = generate(CelebAConfig(root=str(root), subsample=3, split="random", image_size=8))
+    assert len(d.y) == 10 and [int((d.split == c).sum()) for c in (0, 1, 3)] == [7, 1, 2]
+    assert len(set(d.meta[:, 0].tolist())) == 10 and set(d.meta[:, 0]) <= set(range(1, 31))
+    again = generate(CelebAConfig(root=str(root), subsample=3, split="random", image_size=8))
+    assert np.array_equal(again.split, d.split) and np.array_equal(again.meta, d.meta)
+    other = generate(CelebAConfig(root=str(root), subsample=3, split="random", image_size=8, seed=1))
+    assert not np.array_equal(other.meta, d.meta)
+    values = (table(root) + 1) // 2
+    np.testing.assert_array_equal(d.c, np.delete(values[d.meta[:, 0] - 1], CELEBA_ATTRIBUTES.index("Attractive"), axis=1))
+    with pytest.raises(ValueError, match="data.split"):
+        CelebAConfig(root=str(root), split="kfold")
