@@ -15,6 +15,8 @@ from synthetic.sudoku.v04_config import V04Render
 DEFAULT_FAIL_COUNTS = "2:0.2, 3:0.15, 4:0.15, 5-6:0.15, 7-9:0.15, 10-18:0.12, 19-27:0.08"
 #: How invalid boards are made (``SudokuConfig.corruption``).
 CORRUPTIONS = ("walk", "swaps")
+#: Where valid boards come from (``SudokuConfig.valid_source``).
+VALID_SOURCES = ("mip", "pattern")
 #: Glyph banks (``SudokuConfig.glyph_bank``): one per split (no split shares a glyph with training)
 #: or one shared by every split (a speed knob: test glyphs are then training glyphs).
 GLYPH_BANKS = ("per_split", "shared")
@@ -89,6 +91,10 @@ class SudokuConfig:
     corruption: str = "walk"
     #: ``corruption=swaps``: most swap / duplication actions per invalid board (1..9; each draws 1..this uniformly).
     max_cell_swaps: int = 9
+    #: where the valid boards come from: ``mip`` (HiGHS solves, every validity-preserving transform) or
+    #: ``pattern`` (concept-benchmark 0.4.1's: its one canonical board under line, band and stack
+    #: shuffles and a relabelling; a narrower family whose swaps break fewer boxes)
+    valid_source: str = "mip"
     #: box side (concept-benchmark 0.4's ``block_size``): 3 = the 9x9 board (27 checks), 2 = 4x4
     #: boards (12 checks; only 288 valid grids exist, so boards repeat; invalid ones by ``swaps``)
     block_size: int = 3
@@ -143,6 +149,9 @@ class SudokuConfig:
         self.blur = number(f"{W}.blur", self.blur, 0.0)
         self.noise = number(f"{W}.noise", self.noise, 0.0)
         one_of(f"{W}.corruption", self.corruption, CORRUPTIONS)
+        one_of(f"{W}.valid_source", self.valid_source, VALID_SOURCES)
+        if self.valid_source == "pattern" and self.block_size != 3:
+            raise ValueError(f"{W}: valid_source=pattern draws 9x9 boards (block_size=3); block_size={self.block_size} draws from all grids")
         integer(f"{W}.max_cell_swaps", self.max_cell_swaps, 1, 9)
         one_of(f"{W}.block_size", self.block_size, BOXES)  # 4x4 or 9x9 boards
         if self.block_size != 3 and self.corruption != "swaps":
@@ -195,7 +204,7 @@ class SudokuConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields; ``corruption`` / ``max_cell_swaps`` only when not the default walk,
-        ``block_size`` only when not 3 and ``v04`` only with ``renderer=v04`` (the cache key and
+        ``block_size`` only when not 3, ``valid_source`` only when not ``mip`` and ``v04`` only with ``renderer=v04`` (the cache key and
         ``info`` of configs written before those knobs existed stay what they were);
         ``valid_board_ratio`` is folded into ``valid_fraction``."""
         out = asdict(self)
@@ -206,6 +215,8 @@ class SudokuConfig:
             del out["corruption"], out["max_cell_swaps"]
         if out["block_size"] == 3:
             del out["block_size"]
+        if out["valid_source"] == "mip":
+            del out["valid_source"]
         return out
 
     @classmethod

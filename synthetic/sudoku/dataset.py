@@ -86,6 +86,14 @@ def valid_boards(n: int, seed: int = 0, n_mip_seeds: int = 32) -> np.ndarray:
     return expand(grids, n, _rng(seed, _STREAM_EXPAND))
 
 
+def pattern_grid(box: int = 3) -> np.ndarray:
+    """concept-benchmark 0.4.1's canonical board ``int8 [n,n]``: ``(box*(r % box) + r // box + c) % n + 1``,
+    which its valid boards are drawn from (``valid_source=pattern``)."""
+    n = box * box
+    r, c = np.arange(n)[:, None], np.arange(n)[None, :]
+    return ((box * (r % box) + r // box + c) % n + 1).astype(np.int8)
+
+
 def _fresh_4x4(n: int, rng: np.random.Generator) -> np.ndarray:
     """``n`` valid 4x4 boards drawn uniformly (with replacement) from all 288 grids."""
     from synthetic.sudoku.solver import all_grids_4x4
@@ -123,9 +131,10 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
     geo = geometry(cfg.block_size)
 
     exp_rng = _rng(cfg.seed, _STREAM_EXPAND)
+    transpose = cfg.valid_source != "pattern"  # 0.4.1 shuffles lines, bands and stacks and relabels; it never transposes
     if geo.box == 3:
-        grids = seed_grids(cfg.seed, cfg.mip_seeds_used)
-        fresh = expand(grids, n_pos + n_neg, exp_rng)  # distinct: positives, then one base per negative
+        grids = pattern_grid(geo.box)[None] if cfg.valid_source == "pattern" else seed_grids(cfg.seed, cfg.mip_seeds_used)
+        fresh = expand(grids, n_pos + n_neg, exp_rng, transpose=transpose)  # distinct: positives, then one base per negative
     else:
         grids = None
         fresh = _fresh_4x4(n_pos + n_neg, exp_rng)
@@ -143,7 +152,8 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
             if keep.all():
                 break
             redo = np.flatnonzero(~keep)
-            neg[redo], actions[redo] = corrupt(expand(grids, len(redo), exp_rng, exclude=fresh), cfg.max_cell_swaps, neg_rng)
+            bases = expand(grids, len(redo), exp_rng, exclude=fresh, transpose=transpose)
+            neg[redo], actions[redo] = corrupt(bases, cfg.max_cell_swaps, neg_rng)
         else:
             if grids is not None:  # pragma: no cover
                 raise RuntimeError("labelled_boards: could not make distinct negatives")
@@ -164,7 +174,7 @@ def labelled_boards(cfg: SudokuConfig) -> dict[str, np.ndarray]:
             if keep.all():
                 break
             redo = np.flatnonzero(~keep)
-            bases = expand(grids, len(redo), exp_rng, exclude=fresh)
+            bases = expand(grids, len(redo), exp_rng, exclude=fresh, transpose=transpose)
             neg[redo], fam[redo] = walk(bases, tg[redo], fam[redo], neg_rng)
         else:  # pragma: no cover
             raise RuntimeError("labelled_boards: could not make distinct negatives")

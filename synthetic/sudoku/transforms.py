@@ -43,8 +43,9 @@ def _line_orders(rng: np.random.Generator, n: int, box: int = 3) -> np.ndarray:
     return (bands[:, :, None] * box + within).reshape(n, box * box)
 
 
-def random_transforms(rng: np.random.Generator, n: int, box: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` uniformly random elements of the validity-preserving group.
+def random_transforms(rng: np.random.Generator, n: int, box: int = 3, transpose: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` uniformly random elements of the validity-preserving group (``transpose=False``: of its
+    subgroup without the transpose: line, band and stack orders and a relabelling, 0.4.1's shuffles).
 
     Returns ``(idx int32 [n,81], relabel int8 [n,10])`` (``[n,16]`` cells for ``box=2``): output
     cell ``i`` of board ``k`` is ``relabel[k, src[idx[k, i]]]``.
@@ -52,7 +53,7 @@ def random_transforms(rng: np.random.Generator, n: int, box: int = 3) -> tuple[n
     side = box * box
     rows = _line_orders(rng, n, box)
     cols = _line_orders(rng, n, box)
-    flip = (rng.random(n) < 0.5)[:, None, None]
+    flip = (rng.random(n) < (0.5 if transpose else 0.0))[:, None, None]
     # plain: out[r,c] = src[rows[r], cols[c]]; transposed: out[r,c] = src[rows[c], cols[r]]
     idx = np.where(flip, rows[:, None, :] * side + cols[:, :, None], rows[:, :, None] * side + cols[:, None, :])
     relabel = np.tile(np.arange(10, dtype=np.int8), (n, 1))  # digits above n (never on a board) map to themselves
@@ -91,8 +92,9 @@ def unique_first(boards: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
-def expand(grids: np.ndarray, n: int, rng: np.random.Generator, exclude: np.ndarray | None = None) -> np.ndarray:
-    """``n`` distinct valid boards ``int8 [n,9,9]`` (``[n,4,4]`` from 4x4 grids) from random transforms of ``grids``.
+def expand(grids: np.ndarray, n: int, rng: np.random.Generator, exclude: np.ndarray | None = None, transpose: bool = True) -> np.ndarray:
+    """``n`` distinct valid boards ``int8 [n,9,9]`` (``[n,4,4]`` from 4x4 grids) from random transforms of ``grids``
+    (``transpose=False``: never transposed, see :func:`random_transforms`).
 
     Each output picks a source grid uniformly, then a random group element;
     duplicates (and boards in ``exclude``) are dropped and replaced until ``n``
@@ -116,7 +118,7 @@ def expand(grids: np.ndarray, n: int, rng: np.random.Generator, exclude: np.ndar
         before = len(out)
         m = n - len(out) + 8 + (n - len(out)) // 64
         pick = rng.integers(len(src), size=m)
-        idx, relabel = random_transforms(rng, m, g.box)
+        idx, relabel = random_transforms(rng, m, g.box, transpose)
         cand = transform_grids(src, pick, idx, relabel)
         allb = np.concatenate([pool, out, cand])
         keep = unique_first(allb)

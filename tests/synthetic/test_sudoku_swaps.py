@@ -65,6 +65,37 @@ def test_swaps_dataset_labels_come_from_the_checker():
     assert len(np.unique(lab["board"].reshape(len(y), -1), axis=0)) == len(y)  # distinct boards
 
 
+def band_triples(boards: np.ndarray) -> np.ndarray:
+    """Per board, the most distinct 3-cell row segments (as sets) any band holds: 3 on 0.4.1's pattern
+    boards (a band's rows are its three triples in rotated order), up to 9 on others."""
+    seg = np.sort(boards.reshape(len(boards), 3, 3, 3, 3), axis=-1)  # [board, band, row, stack, cell]
+    return np.array([max(len({tuple(s) for s in b[band].reshape(9, 3).tolist()}) for band in range(3)) for b in seg])
+
+
+def test_pattern_boards_are_0_4_1s_canonical_board_shuffled():
+    """valid_source=pattern: every valid board, and every invalid board's base, is the canonical board
+    (r, c) -> (3 (r % 3) + r // 3 + c) % 9 + 1 under line / band / stack shuffles and a relabelling:
+    each band's rows (and each stack's columns) hold only three triples, as the canonical board's do;
+    MIP boards almost never do."""
+    from synthetic.sudoku.dataset import pattern_grid
+
+    g = pattern_grid(3)
+    assert g[0].tolist() == list(range(1, 10)) and g[1].tolist() == [4, 5, 6, 7, 8, 9, 1, 2, 3] and check_board(g[None]).all()
+    cfg = SudokuConfig(modality="tabular", n_train=300, n_val=100, n_calib=0, n_test=100, corruption="swaps", valid_source="pattern")
+    lab = labelled_boards(cfg)
+    pos = lab["board"][lab["y"] == 1]
+    assert (band_triples(pos) == 3).all() and (band_triples(pos.transpose(0, 2, 1)) == 3).all()
+    assert len(np.unique(lab["board"].reshape(len(pos) * 2, -1), axis=0)) == 2 * len(pos)  # distinct boards
+    np.testing.assert_array_equal(lab["c"], check_board(lab["board"]))
+    mip = labelled_boards(SudokuConfig(modality="tabular", n_train=300, n_val=100, n_calib=0, n_test=100, corruption="swaps"))
+    assert (band_triples(mip["board"][mip["y"] == 1]) == 3).mean() < 0.05
+    assert cache_key(cfg)["valid_source"] == "pattern" and "valid_source" not in cache_key(SudokuConfig())
+    with pytest.raises(ValueError, match="valid_source: must be one of"):
+        SudokuConfig(valid_source="solver")
+    with pytest.raises(ValueError, match="valid_source=pattern draws 9x9 boards"):
+        SudokuConfig(valid_source="pattern", block_size=2, corruption="swaps")
+
+
 def test_default_walk_keeps_its_cache_key_and_bad_values_fail():
     assert "corruption" not in cache_key(SudokuConfig()) and "max_cell_swaps" not in cache_key(SudokuConfig())
     assert cache_key(SudokuConfig(corruption="swaps"))["corruption"] == "swaps"
