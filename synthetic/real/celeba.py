@@ -7,6 +7,11 @@ same under a ``celeba/`` folder, is found too. As pytorch-concepts reads it, one
 (``task``, ``Attractive`` by default) and the 39 others are the concepts, on the official split.
 ``max_images`` keeps that many images of each split (seeded) for a CPU-sized run.
 
+``groups`` gathers attributes that one answer reveals together (``cbm-intervene groups=true``); the
+default (conf/data/celeba.yaml) is ours, by face region, since CelebA publishes none: hair colour, hair
+style, facial hair, eyes, mouth, nose, face, accessories and overall. An attribute in no group is a
+group of its own.
+
 ``task: composite`` is the CEM paper's CelebA task instead: the attributes are ranked by how balanced
 they are over the whole file (``|share - 0.5|``, ties by their order), the first ``composite.concepts``
 are the concepts and the next ``composite.hidden`` are hidden (in the label, not given: an incomplete
@@ -59,6 +64,8 @@ class CelebAConfig(RealData):
     #: ``composite``, the CEM paper's task (``composite``).
     task: str = "Attractive"
     composite: CompositeTask = field(default_factory=CompositeTask)
+    #: Attribute groups revealed whole by ``cbm-intervene groups=true`` (name -> attributes).
+    groups: dict[str, list[str]] = field(default_factory=dict)
     #: Keep a random 1 image in this many of the file (seeded; CEM: 12), before the split.
     subsample: int = 1
     #: ``official`` (``list_eval_partition.txt``) or ``random`` (seeded, ``val_fraction`` / ``test_fraction``: CEM's).
@@ -85,6 +92,15 @@ class CelebAConfig(RealData):
         integer("data.composite.concepts", self.composite.concepts, 1, 39)
         integer("data.composite.hidden", self.composite.hidden, 0, 39)
         integer("data.composite.width", self.composite.width, 1, 40)
+        self.groups = {str(g): [str(a) for a in members] for g, members in dict(self.groups).items()}
+        seen: dict[str, str] = {}
+        for g, members in self.groups.items():
+            if not members:
+                raise ValueError(f"data.groups.{g}: a group needs at least one attribute")
+            for a in members:
+                if a in seen:
+                    raise ValueError(f"data.groups: '{a}' is in two groups ({seen[a]}, {g})")
+                seen[a] = g
         if self.composite.concepts + self.composite.hidden > 40:
             raise ValueError(f"data.composite: concepts + hidden must be at most CelebA's 40 attributes, got "
                              f"{self.composite.concepts} + {self.composite.hidden}")  # fmt: skip
@@ -113,6 +129,9 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
         raise LayoutError(f"celeba: {paths['list_attr_celeba.txt']}: says {lines[0][0]} images, lists {len(rows)}")
     if cfg.task not in (*names, COMPOSITE):
         raise LayoutError(f"celeba: data.task={cfg.task!r} is neither '{COMPOSITE}' nor an attribute of {paths['list_attr_celeba.txt']} ({names})")
+    unknown = sorted({a for members in cfg.groups.values() for a in members} - set(names))
+    if unknown:
+        raise LayoutError(f"celeba: data.groups names {unknown}, not attributes of {paths['list_attr_celeba.txt']}")
     if cfg.task == COMPOSITE and cfg.composite.concepts + cfg.composite.hidden > len(names):
         raise LayoutError(f"celeba: data.composite asks for {cfg.composite.concepts} + {cfg.composite.hidden} attributes, "
                           f"{paths['list_attr_celeba.txt']} has {len(names)}")  # fmt: skip
@@ -158,6 +177,16 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
     return {"base": base, "paths": paths, "names": names, "values": (values + 1) // 2, "files": files, "split": split}
 
 
+def intervention_groups(groups: dict[str, list[str]], concepts: list[str]) -> dict[str, list[str]]:
+    """``groups`` over the model's ``concepts`` (in their order; a group left empty is dropped), each
+    concept in no group its own group."""
+    of = {a: g for g, members in groups.items() for a in members}
+    out: dict[str, list[str]] = {}
+    for a in concepts:
+        out.setdefault(of.get(a, a), []).append(a)
+    return out
+
+
 def composite_task(values: np.ndarray, task: CompositeTask) -> dict[str, Any]:
     """The CEM paper's task over ``values [N, 40]`` (0/1, every image of the file): the concept and hidden
     columns, each image's class and the classes' codes (the binary strings, most significant bit first)."""
@@ -187,6 +216,7 @@ def generate(cfg: CelebAConfig) -> SyntheticData:
     c = ix["values"][rows][:, keep].astype(np.float32)
     x = np.stack([load_image(ix["base"] / "img_align_celeba" / ix["files"][r], cfg.image_size, "celeba") for r in rows])
     kept = [names[j] for j in keep]
+    info["intervention_groups"] = intervention_groups(cfg.groups, kept)
     return SyntheticData(x=x, c=c, c_true=c.copy(), y=y.astype(np.int64), split=ix["split"][rows],
                          meta=(rows + 1)[:, None].astype(np.int64), concept_names=kept, true_concept_names=kept,
                          class_names=class_names, meta_names=["image_number"], modality="image", info=info)  # fmt: skip

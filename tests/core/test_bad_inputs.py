@@ -125,6 +125,7 @@ TRAIN_MULTI = [
     (["data=awa2", "data.root=FX/files/empty_dir", "data.val_fraction=0.5", "data.test_fraction=0.5"], "must be < 1"),
     (["data=celeba", "data.root=FX/files/empty_dir"], "celeba: missing FX/files/empty_dir/list_attr_celeba.txt"),
     (["data=celeba", "data.root=FX/files/empty_dir", "data.max_images=0"], "data.max_images"),
+    (["data=celeba", "data.root=FX/files/empty_dir", "+data.groups.extra=[Smiling]"], "data.groups: 'Smiling' is in two groups (mouth, extra)"),
     (["data=celeba", "data.root=FX/files/empty_dir", "data.task=composite", "data.composite.hidden=38"],
      "data.composite: concepts + hidden must be at most CelebA's 40 attributes, got 6 + 38"),
     (["data=cub25", "data.root=FX/files/cub_good"], "cub: data.classes=25 but FX/files/cub_good/CUB_200_2011/classes.txt has 4 classes"),

@@ -105,3 +105,46 @@ def test_cem_protocol_subsample_and_random_split(root):
     np.testing.assert_array_equal(d.c, np.delete(values[d.meta[:, 0] - 1], CELEBA_ATTRIBUTES.index("Attractive"), axis=1))
     with pytest.raises(ValueError, match="data.split"):
         CelebAConfig(root=str(root), split="kfold")
+
+
+def default_groups() -> dict[str, list[str]]:
+    import yaml
+
+    return yaml.safe_load((Path(__file__).parents[2] / "conf" / "data" / "celeba.yaml").read_text())["groups"]
+
+
+def test_default_groups_cover_the_40_attributes_once():
+    groups = default_groups()
+    members = [a for g in groups.values() for a in g]
+    assert len(groups) == 9 and sorted(members) == sorted(CELEBA_ATTRIBUTES)
+
+
+def test_cbm_intervene_reveals_whole_celeba_groups(root, tmp_path):
+    """groups=true on a CelebA model (task Attractive): 9 groups over the 39 concepts (``overall`` loses
+    the task), one answer reveals every attribute of its group, all 9 groups equal all 39 concepts."""
+    from checkpoints import make_checkpoint
+
+    from cbm.experiments import intervene
+
+    groups = default_groups()
+    celeba = {"name": "celeba", "root": str(root), "image_size": 16, "groups": groups}
+    make_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", tmp_path / "cache", base=celeba)
+    base = {"checkpoint": str(tmp_path / "run"), "cache_dir": str(tmp_path / "cache"), "policy": {"random": {}}, "intervener": {"oracle": {}},
+            "ks": [0, 1, "max"], "per_example": True}  # fmt: skip
+    by_concept = intervene.run({**base, "output_dir": str(tmp_path / "c")})
+    by_group = intervene.run({**base, "output_dir": str(tmp_path / "g"), "groups": True})
+    assert [r["k"] for r in by_group.rows] == [0, 1, 9] and by_group.meta["units"] == "groups"
+    names = by_group.meta["concepts"]
+    of = {a: g for g, members in groups.items() for a in members}
+    for row in by_group.examples[("oracle", "random", 1)]["mask"]:
+        asked = [names[j] for j in row.nonzero().flatten().tolist()]
+        whole = [a for a in groups[of[asked[0]]] if a != "Attractive"]
+        assert sorted(asked) == sorted(whole)
+    assert by_group.row("oracle", "random", 9)["accuracy"] == by_concept.row("oracle", "random", 39)["accuracy"]
+
+
+def test_groups_refusals(root):
+    with pytest.raises(ValueError, match="data.groups: 'Smiling' is in two groups \\(a, b\\)"):
+        CelebAConfig(root=str(root), groups={"a": ["Smiling"], "b": ["Smiling", "Young"]})
+    with pytest.raises(LayoutError, match=r"celeba: data.groups names \['Purple_Hair'\], not attributes of .*list_attr_celeba.txt"):
+        _ = CelebAConfig(root=str(root), groups={"hair": ["Black_Hair", "Purple_Hair"]}).split_sizes
