@@ -107,7 +107,7 @@ def places(tmp_path_factory) -> dict[str, Path]:
     write_cub(root / "cub", per_class=1, n_classes=25)  # data.root=/data/cub and CBM_CUB_ROOT: a CUB in its published layout
     write_derm7pt(root / "derm7pt", n_cases=20)  # data.root=/data/derm7pt and CBM_DERM7PT_ROOT
     write_awa2(root / "awa2", per_class=2)  # data.root=/data/Animals_with_Attributes2
-    write_celeba(root / "celeba", n_images=120)  # data.root=/data/celeba (1 image in 12 kept: 7 / 1 / 2)
+    write_celeba(root / "celeba", n_images=120)  # data.root=/data/celeba and CBM_CELEBA_ROOT (1 image in 12 kept: 7 / 1 / 2)
     return {"cub": root / "cub", "derm7pt": root / "derm7pt", "awa2": root / "awa2", "celeba": root / "celeba", "run": root / "run", "bb": root / "bb", "edct": root / "edct", "edct2": root / "edct2", "concepts": root / "vlm.yaml",
             "pairs": root / "pairs.jsonl"}  # fmt: skip
 
@@ -174,7 +174,7 @@ def test_help_example_is_accepted(line, places, tmp_path, request):
         places = {**places, "model": request.getfixturevalue("model_dir")}
     prog, *args = fill(line, places)
     env = {**os.environ, **KEYS, "CBM_DRY_RUN": "1", "PYTHONWARNINGS": "ignore", "CBM_CUB_ROOT": str(places["cub"]),
-           "CBM_DERM7PT_ROOT": str(places["derm7pt"])}  # fmt: skip
+           "CBM_DERM7PT_ROOT": str(places["derm7pt"]), "CBM_CELEBA_ROOT": str(places["celeba"])}  # fmt: skip
     before = set(tmp_path.rglob("*"))
     if forkserver.available():  # the console script's module, forked without its imports' cost
         res = run_forked(prog, args, tmp_path, env, timeout=300)
