@@ -27,3 +27,14 @@ def make_checkpoint(path: Path, cache: Path, model: str = "cbm", base: dict | No
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": m.state_dict(), "hyper_parameters": dict(m.hparams), "pytorch-lightning_version": L.__version__}, path)
     return path
+
+
+def concept_and_group_runs(tmp_path: Path, data: dict) -> tuple:
+    """An untrained CBM on ``data`` (a real dataset's config), then ``cbm-intervene`` with the oracle and
+    the random policy at k = 0, 1, max, per example: by concept and with ``groups=true``."""
+    from cbm.experiments import intervene
+
+    make_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", tmp_path / "cache", base=data)
+    base = {"checkpoint": str(tmp_path / "run"), "cache_dir": str(tmp_path / "cache"), "policy": {"random": {}}, "intervener": {"oracle": {}},
+            "ks": [0, 1, "max"], "per_example": True}  # fmt: skip
+    return intervene.run({**base, "output_dir": str(tmp_path / "c")}), intervene.run({**base, "output_dir": str(tmp_path / "g"), "groups": True})

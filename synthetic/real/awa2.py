@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
-from synthetic.real.base import RealData, load_real
+from synthetic.real.base import RealData, intervention_groups, load_real
 from synthetic.real.layout import LayoutError, load_image, need_file, read_columns
 
 FILES = ("classes.txt", "predicates.txt", "predicate-matrix-binary.txt")
@@ -60,13 +60,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
-def intervention_groups(predicates: list[str]) -> dict[str, list[str]]:
+def taxonomy_groups(predicates: list[str]) -> dict[str, list[str]]:
     """The taxonomy's groups over ``predicates`` (in their order), each unnamed predicate its own group."""
-    of = {p: g for g, members in GROUPS.items() for p in members}
-    groups: dict[str, list[str]] = {}
-    for p in predicates:
-        groups.setdefault(of.get(p, p), []).append(p)
-    return groups
+    return intervention_groups(GROUPS, predicates)
 
 
 @dataclass
@@ -153,7 +149,7 @@ def generate(cfg: AwA2Config) -> SyntheticData:
     return SyntheticData(x=x, c=c, c_true=c.copy(), y=ix["label"], split=ix["split"], meta=meta,
                          concept_names=ix["predicates"], true_concept_names=ix["predicates"], class_names=ix["classes"],
                          meta_names=["class_id", "image_index"], modality="image",
-                         info={"source": "Animals with Attributes 2", "intervention_groups": intervention_groups(ix["predicates"])})  # fmt: skip
+                         info={"source": "Animals with Attributes 2", "intervention_groups": taxonomy_groups(ix["predicates"])})  # fmt: skip
 
 
 def load(cfg: AwA2Config, cache_dir: str | Path | None = None, storage: str = "memory") -> SyntheticData:

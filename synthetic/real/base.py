@@ -72,6 +72,16 @@ class RealData:
 CACHE_FORMAT = 2
 
 
+def intervention_groups(groups: dict[str, Iterable[str]], concepts: Iterable[str]) -> dict[str, list[str]]:
+    """``groups`` (name -> concept names) over ``concepts``, in their order: a group with none of them is
+    dropped, a concept in no group is a group of its own (``info['intervention_groups']``)."""
+    of = {a: g for g, members in groups.items() for a in members}
+    out: dict[str, list[str]] = {}
+    for a in concepts:
+        out.setdefault(of.get(a, a), []).append(a)
+    return out
+
+
 def files_hash(paths: Iterable[Path]) -> str:
     """Hash of the files' bytes, in order."""
     h = hashlib.sha256()

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from synthetic.base import SPLITS, SyntheticData
-from synthetic.real.base import RealData, load_real
+from synthetic.real.base import RealData, intervention_groups, load_real
 from synthetic.real.layout import LayoutError, load_image, need_file
 
 FILES = ("list_attr_celeba.txt", "list_eval_partition.txt")
@@ -175,16 +175,6 @@ def _index(cfg: CelebAConfig) -> dict[str, Any]:
         train = np.flatnonzero(split == SPLITS["train"])
         split[np.random.default_rng(cfg.seed).permutation(train)[: int(cfg.calib_fraction * len(train))]] = SPLITS["calib"]
     return {"base": base, "paths": paths, "names": names, "values": (values + 1) // 2, "files": files, "split": split}
-
-
-def intervention_groups(groups: dict[str, list[str]], concepts: list[str]) -> dict[str, list[str]]:
-    """``groups`` over the model's ``concepts`` (in their order; a group left empty is dropped), each
-    concept in no group its own group."""
-    of = {a: g for g, members in groups.items() for a in members}
-    out: dict[str, list[str]] = {}
-    for a in concepts:
-        out.setdefault(of.get(a, a), []).append(a)
-    return out
 
 
 def composite_task(values: np.ndarray, task: CompositeTask) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synthetic.real.awa2 import GROUPS, AwA2Config, generate, intervention_groups, load
+from synthetic.real.awa2 import GROUPS, AwA2Config, generate, load, taxonomy_groups
 from synthetic.real.fixtures import AWA2_CLASSES, AWA2_PREDICATES, write_awa2
 from synthetic.real.layout import LayoutError
 
@@ -62,22 +62,15 @@ def test_the_85_predicates_fall_into_28_groups(root):
     assert groups["tail"] == ["tail"] and len(groups["biome"]) == 13
     assert {g: tuple(m) for g, m in groups.items()} == GROUPS
     # a predicate the taxonomy does not name is a group of its own; the order follows predicates.txt
-    assert intervention_groups(["white", "wings", "black"]) == {"color": ["white", "black"], "wings": ["wings"]}
+    assert taxonomy_groups(["white", "wings", "black"]) == {"color": ["white", "black"], "wings": ["wings"]}
 
 
 def test_cbm_intervene_reveals_whole_awa2_groups(root, tmp_path):
     """groups=true on an AwA2 model: k counts the 28 groups, one answer reveals every predicate of its
     group, and revealing all 28 groups equals revealing all 85 predicates."""
-    from checkpoints import make_checkpoint
+    from checkpoints import concept_and_group_runs
 
-    from cbm.experiments import intervene
-
-    awa2 = {"name": "awa2", "root": str(root), "image_size": 16, "per_class": 2}
-    make_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", tmp_path / "cache", base=awa2)
-    base = {"checkpoint": str(tmp_path / "run"), "cache_dir": str(tmp_path / "cache"), "policy": {"random": {}}, "intervener": {"oracle": {}},
-            "ks": [0, 1, "max"], "per_example": True}  # fmt: skip
-    by_concept = intervene.run({**base, "output_dir": str(tmp_path / "c")})
-    by_group = intervene.run({**base, "output_dir": str(tmp_path / "g"), "groups": True})
+    by_concept, by_group = concept_and_group_runs(tmp_path, {"name": "awa2", "root": str(root), "image_size": 16, "per_class": 2})
     assert [r["k"] for r in by_group.rows] == [0, 1, 28] and by_group.meta["units"] == "groups"
     names = by_group.meta["concepts"]
     of = {p: g for g, members in GROUPS.items() for p in members}

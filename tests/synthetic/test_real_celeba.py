@@ -122,17 +122,10 @@ def test_default_groups_cover_the_40_attributes_once():
 def test_cbm_intervene_reveals_whole_celeba_groups(root, tmp_path):
     """groups=true on a CelebA model (task Attractive): 9 groups over the 39 concepts (``overall`` loses
     the task), one answer reveals every attribute of its group, all 9 groups equal all 39 concepts."""
-    from checkpoints import make_checkpoint
-
-    from cbm.experiments import intervene
+    from checkpoints import concept_and_group_runs
 
     groups = default_groups()
-    celeba = {"name": "celeba", "root": str(root), "image_size": 16, "groups": groups}
-    make_checkpoint(tmp_path / "run" / "checkpoints" / "best.ckpt", tmp_path / "cache", base=celeba)
-    base = {"checkpoint": str(tmp_path / "run"), "cache_dir": str(tmp_path / "cache"), "policy": {"random": {}}, "intervener": {"oracle": {}},
-            "ks": [0, 1, "max"], "per_example": True}  # fmt: skip
-    by_concept = intervene.run({**base, "output_dir": str(tmp_path / "c")})
-    by_group = intervene.run({**base, "output_dir": str(tmp_path / "g"), "groups": True})
+    by_concept, by_group = concept_and_group_runs(tmp_path, {"name": "celeba", "root": str(root), "image_size": 16, "groups": groups})
     assert [r["k"] for r in by_group.rows] == [0, 1, 9] and by_group.meta["units"] == "groups"
     names = by_group.meta["concepts"]
     of = {a: g for g, members in groups.items() for a in members}
