@@ -31,6 +31,11 @@ class AutomateConfig:
     #: each calibrated on the same split's predictions and run through the same flow; the results
     #: are ``automation.json``'s ``sweep`` and ``automation_sweep.csv``.
     sweep_targets: list[float] = field(default_factory=list)
+    #: Further threshold rules (``classwise`` beside ``threshold=global``, or back), each calibrated on
+    #: the same split's predictions at ``target_accuracy`` and run through the same flow: 0.4.1's
+    #: class-wise thresholds side by side with its global one, ``automation.json``'s
+    #: ``threshold_sweep`` and ``automation_thresholds.csv``.
+    sweep_thresholds: list[str] = field(default_factory=list)
     delta: float = 0.1
     method: str = "ltt"
     #: ``global``: one threshold for every prediction; ``classwise``: one per predicted class, each
@@ -85,6 +90,11 @@ class AutomateConfig:
             raise ValueError(f"method must be one of {METHODS}, got '{self.method}'")
         if self.threshold not in THRESHOLDS:
             raise ValueError(f"threshold must be one of {THRESHOLDS}, got '{self.threshold}'")
+        bad = [t for t in self.sweep_thresholds if t not in THRESHOLDS]
+        if bad:
+            raise ValueError(f"sweep_thresholds must be rules from {THRESHOLDS}, got {bad}")
+        if len(set(self.sweep_thresholds) | {self.threshold}) != len(self.sweep_thresholds) + 1:
+            raise ValueError(f"sweep_thresholds lists a rule twice or repeats threshold={self.threshold}: {self.sweep_thresholds}")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got '{self.score}'")
         if self.calib_split not in CALIBRATION_SPLITS:

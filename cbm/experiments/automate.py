@@ -82,7 +82,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.evaluate import resolve_ks
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
-    from cbm.selective.automation import run_automation, score_split
+    from cbm.selective.automation import encode_split, run_automation, score_split
     from cbm.selective.calibration import TargetUnreachable
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
@@ -102,27 +102,32 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     def make_policy():  # a fresh, identically seeded policy per budget k (a copy of the unused, prepared one)
         return copy.deepcopy(policy)
 
+    # each split encoded once: Platt, the threshold and every swept target or rule read the same encoding
+    calib, test = encode_split(model, dm.loader(cfg.calib_split)), encode_split(model, dm.loader("test"))
     transform, platt = None, None
     if cfg.platt:  # 0.4's Platt scaling of P(y=1), fitted on the calibration split's predictions
         from cbm.selective.platt import fit_platt
 
         if int(getattr(model, "n_classes", 2)) != 2:
             raise ValueError(f"platt=true scales P(y=1) of a two-class model; this one has {model.n_classes} classes")
-        raw = score_split(model, dm.loader(cfg.calib_split), "probability")
+        raw = score_split(model, calib, "probability")
         platt = fit_platt(np.where(raw.preds == 1, raw.scores, 1.0 - raw.scores), raw.y)
         transform = platt.logits
-    cal_scored = score_split(model, dm.loader(cfg.calib_split), cfg.score, transform)
-    sweep = lambda: [_swept(model, dm, cfg, t, cal_scored, ks, make_policy, intervener, costs, transform) for t in cfg.sweep_targets]  # noqa: E731
+    cal_scored = score_split(model, calib, cfg.score, transform)
+
+    def sweep() -> dict[str, list]:  # further targets, then further threshold rules, on the same predictions
+        flow = (model, test, cfg, cal_scored, ks, make_policy, intervener, costs, transform)
+        return {"sweep": [_swept(*flow, t, cfg.threshold) for t in cfg.sweep_targets],
+                "threshold_sweep": [_swept(*flow, cfg.target_accuracy, rule) for rule in cfg.sweep_thresholds]}
+
     try:
         tau, cal_dict = _calibrated(cfg, cal_scored, cfg.target_accuracy, model)
     except TargetUnreachable as err:  # a result ("cannot reach the target"), not bad input: n/a rows
         log.warning("calibration failed: %s", err)
         return _report(model, cfg, costs, {"failed": str(err), "method": cfg.method, "target_accuracy": cfg.target_accuracy,
                        "delta": cfg.delta, "split": cfg.calib_split, "platt": platt and platt.to_dict()},
-                       [not_available(k, str(err)) for k in ks], {}, sweep=sweep())  # fmt: skip
-    outcomes = run_automation(
-        model, dm.loader("test"), tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform
-    )
+                       [not_available(k, str(err)) for k in ks], {}, **sweep())  # fmt: skip
+    outcomes = run_automation(model, test, tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
     results = [outcomes[k].summary(cfg.target_accuracy) for k in ks]
     for r in results:
         if "note" in r:
@@ -133,32 +138,36 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     cal_cov, cal_risk, _ = risk_coverage_curve(cal_scored.scores, cal_scored.correct)
     curves = {f"{cfg.calib_split} (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
-    scored = {cfg.calib_split: cal_scored, "test": score_split(model, dm.loader("test"), cfg.score, transform)}
+    scored = {cfg.calib_split: cal_scored, "test": score_split(model, test, cfg.score, transform)}
     conf = confidence_histograms(scored, tau, cfg.score, int(getattr(model, "n_classes", 2)))
-    return _report(model, cfg, costs, cal_dict, results, curves, conf, sweep=sweep())
+    return _report(model, cfg, costs, cal_dict, results, curves, conf, **sweep())
 
 
-def _swept(model, dm, cfg: AutomateConfig, target: float, cal_scored, ks, make_policy, intervener, costs, transform) -> dict[str, Any]:
-    """One target of the sweep: the threshold calibrated on the same predictions of the calibration
-    split, the flow's results at every k (n/a rows with the reason when no threshold reaches it)."""
+def _swept(model, test, cfg: AutomateConfig, cal_scored, ks, make_policy, intervener, costs, transform, target: float,
+           threshold: str) -> dict[str, Any]:  # fmt: skip
+    """One target or threshold rule of a sweep: the threshold calibrated on the same predictions of
+    the calibration split, the flow's results at every k (n/a rows with the reason when no threshold
+    reaches the target)."""
     from cbm.selective.automation import run_automation
     from cbm.selective.calibration import TargetUnreachable
 
+    head = {"target_accuracy": target, "threshold": threshold}
     try:
-        tau, _ = _calibrated(cfg, cal_scored, target, model)
+        tau, _ = _calibrated(cfg, cal_scored, target, model, threshold)
     except TargetUnreachable as err:
-        return {"target_accuracy": target, "tau": None, "failed": str(err), "results": [not_available(k, str(err)) for k in ks]}
-    outcomes = run_automation(model, dm.loader("test"), tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
-    return {"target_accuracy": target, "tau": tau, "results": [outcomes[k].summary(target) for k in ks]}
+        return {**head, "tau": None, "failed": str(err), "results": [not_available(k, str(err)) for k in ks]}
+    outcomes = run_automation(model, test, tau, ks, make_policy, intervener, score=cfg.score, costs=costs, transform=transform)
+    return {**head, "tau": tau, "results": [outcomes[k].summary(target) for k in ks]}
 
 
-def _calibrated(cfg: AutomateConfig, cal_scored, target: float, model) -> tuple[Any, dict[str, Any]]:
-    """The threshold (one, or one per predicted class with ``threshold=classwise``) for ``target`` on
-    the calibration predictions, and its record; :class:`TargetUnreachable` when none reaches it."""
+def _calibrated(cfg: AutomateConfig, cal_scored, target: float, model, threshold: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The threshold (one, or one per predicted class under the rule ``classwise``; the rule is
+    ``threshold``, else the config's) for ``target`` on the calibration predictions, and its record;
+    :class:`TargetUnreachable` when none reaches it."""
     from cbm.selective.calibration import calibrate
     from cbm.selective.classwise import calibrate_classwise
 
-    if cfg.threshold == "classwise":
+    if (threshold or cfg.threshold) == "classwise":
         cal = calibrate_classwise(cal_scored.scores, cal_scored.correct, cal_scored.preds, int(getattr(model, "n_classes", 2)),
                                   target, cfg.method, cfg.delta)  # fmt: skip
         return cal["tau"], cal
@@ -199,7 +208,7 @@ def not_available(k: int, reason: str) -> dict[str, Any]:
 
 
 def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list, curves: dict,
-            confidence: dict | None = None, sweep: list | None = None) -> dict[str, Any]:  # fmt: skip
+            confidence: dict | None = None, sweep: list | None = None, threshold_sweep: list | None = None) -> dict[str, Any]:  # fmt: skip
     info = model.info
     report = {
         "checkpoint": cfg.checkpoint,
@@ -216,6 +225,8 @@ def _report(model, cfg: AutomateConfig, costs, calibration: dict, results: list,
         report["confidence"] = confidence
     if sweep:
         report["sweep"] = sweep
+    if threshold_sweep:
+        report["threshold_sweep"] = threshold_sweep
     return report
 
 
@@ -283,6 +294,9 @@ def write_outputs(report: dict[str, Any], out_dir: Path) -> None:
     if report.get("sweep"):
         rows = [{"target_accuracy": s["target_accuracy"], **r} for s in report["sweep"] for r in s["results"]]
         write_csv_atomic(out_dir / "automation_sweep.csv", rows, ["target_accuracy", *CSV_COLUMNS])
+    if report.get("threshold_sweep"):
+        rows = [{"threshold": s["threshold"], **r} for s in report["threshold_sweep"] for r in s["results"]]
+        write_csv_atomic(out_dir / "automation_thresholds.csv", rows, ["threshold", *CSV_COLUMNS])
     if "failed" in report["calibration"]:
         return  # nothing to draw
     curves = {

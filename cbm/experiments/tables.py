@@ -387,6 +387,42 @@ def target_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
     return rows, cols + (["note"] if any("note" in r for r in rows) else [])
 
 
+def threshold_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Threshold rules side by side (0.4.1's class-wise thresholds beside its global one): per
+    (setting, model, rule, k), coverage, selective accuracy and NWA over seeds, from the automation
+    runs that swept rules (``automation.json``'s ``threshold_sweep``), and each swept rule's paired
+    difference in coverage and in selective accuracy from the run's own rule on the same seeds."""
+    groups: dict[tuple, dict[int, dict[str, Any]]] = {}
+    own: dict[tuple, str] = {}
+    for cell in cells:
+        rep = cell["_results"]
+        if not rep.get("threshold_sweep"):
+            continue
+        m = int(rep.get("n_concepts") or 0)
+        base = (rep.get("config") or {}).get("threshold", "global")
+        own[(cell["setting"], cell["model"])] = base
+        for rule, results in [(base, rep["results"]), *((s["threshold"], s["results"]) for s in rep["threshold_sweep"])]:
+            for r in results:
+                groups.setdefault((cell["setting"], cell["model"], rule, k_label(r["k"], m)), {})[cell["seed"]] = r
+    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
+    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], kpos(k[3]), k[2] != own[k[:2]], k[2]))
+    moved = ("coverage", "selective_acc")
+    rows = []
+    for s, m, rule, k in keys:
+        rs = groups[(s, m, rule, k)]
+        row = {"setting": s, "model": m, "k": k, "threshold": rule, "seeds": len(rs),
+               "coverage %": mean_se(r["coverage"] for r in rs.values()), "sel. acc %": mean_se(r["selective_acc"] for r in rs.values()),
+               "NWA %": mean_se((r["nwa"] for r in rs.values()), signed=True)}  # fmt: skip
+        base = groups.get((s, m, own[(s, m)], k), {})
+        for name, col in zip(moved, ("coverage", "sel. acc")):
+            by_seed = [{seed: r[name] for seed, r in runs.items() if r.get(name) is not None} for runs in (rs, base)]
+            row[f"{col} vs {own[(s, m)]} (points) [95% CI]"] = "" if rule == own[(s, m)] else paired_text(paired(*by_seed))
+        rows.append(row)
+    cols = ["setting", "model", "k", "threshold", "seeds", "coverage %", "sel. acc %", "NWA %"]
+    cols += list(dict.fromkeys(c for r in rows for c in r if c.endswith("[95% CI]")))
+    return rows, cols
+
+
 def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """The "cost of a check" table (0.4.1's make_sudoku_sensitivity_tables.py): per (setting, model,
     price, k), coverage and NWA with each check priced by ``cost_models[price]``, from the share of

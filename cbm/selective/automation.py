@@ -14,7 +14,7 @@ budget ``k`` and intervened on together (no Python loop over examples).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,31 @@ def _to_device(batch: Mapping[str, Any], device) -> Batch:
     return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
 
 
+class EncodedSplit(list):
+    """A split read once: its batches on the model's device, each with the model's encoding of it,
+    ``(batch, state)``. A flow that reads one split several times (Platt scaling and the threshold on
+    the calibration split; the flow at each swept target or threshold rule on the test split) encodes
+    it once: a two-stage model's OCR reads each board once, and every reading sees the same encoding
+    (a sampling encoder's one draw). :func:`score_split` and :func:`run_automation` take it wherever
+    they take batches."""
+
+
+@torch.no_grad()
+def encode_split(model, batches: Iterable[Batch]) -> EncodedSplit:
+    """``batches`` encoded once by ``model`` (in evaluation mode)."""
+    model.eval()
+    return EncodedSplit(_encoded(model, batches))
+
+
+def _encoded(model, batches: Iterable[Batch]) -> Iterator[tuple[Batch, Any]]:
+    if isinstance(batches, EncodedSplit):
+        yield from batches
+        return
+    for batch in batches:
+        batch = _to_device(batch, model.device)
+        yield batch, model.encode(batch["x"])
+
+
 #: Maps a batch's task logits to the ones the flow scores (Platt scaling: ``Platt.logits``); ``None``: as predicted.
 LogitMap = Callable[[Tensor], Tensor] | None
 
@@ -78,9 +103,7 @@ def score_split(model, batches: Iterable[Batch], score: str = "probability", tra
     applied to the task logits first, e.g. Platt scaling)."""
     model.eval()
     scores, preds, ys = [], [], []
-    for batch in batches:
-        batch = _to_device(batch, model.device)
-        state = model.encode(batch["x"])
+    for batch, state in _encoded(model, batches):
         logits = _task_logits(model, state, transform)
         scores.append(confidence(model, state, logits, score).double().cpu())
         preds.append(predictions(logits).cpu())
@@ -212,10 +235,8 @@ def run_automation(
         for name, v in cols.items():
             parts[k].setdefault(name, []).append(v.detach().cpu())
 
-    for batch in batches:
-        batch = _to_device(batch, model.device)
+    for batch, state in _encoded(model, batches):
         n = len(batch["y"])
-        state = model.encode(batch["x"])
         logits = _task_logits(model, state, transform)
         s0 = confidence(model, state, logits, score).double()
         pred0 = predictions(logits)

@@ -258,6 +258,8 @@ AUTOMATE = [
     (["checkpoint=FX/run", "target_accuracy=2"], "target_accuracy must be in (0, 1]"),
     (["checkpoint=FX/run", "threshold=perclass"], "threshold must be one of ('global', 'classwise'), got 'perclass'"),
     (["checkpoint=FX/run", "sweep_targets=[0.9,0]"], "sweep_targets must be accuracies in (0, 1], got [0.0]"),
+    (["checkpoint=FX/run", "sweep_thresholds=[perclass]"], "sweep_thresholds must be rules from ('global', 'classwise'), got ['perclass']"),
+    (["checkpoint=FX/run", "sweep_thresholds=[global]"], "sweep_thresholds lists a rule twice or repeats threshold=global: ['global']"),
     (["checkpoint=FX/run", "delta=0"], "delta must be in (0, 1)"),
     (["checkpoint=FX/run", "policy=psychic"], "unknown policy 'psychic'"),
     (["checkpoint=FX/run", "policy=[random,uncertainty]"], "exactly one policy is used here"),

@@ -63,3 +63,28 @@ def test_the_target_sweep_table_pools_each_target_over_seeds():
     assert [r["coverage %"] for r in rows] == ["95.00 ± 5.00", "75.00 ± 5.00", "40.00 ± 10.00"]
     assert rows[2]["NWA %"] == "+40.00 ± 10.00" and cols[2] == "target %"
     assert target_rows(cells[2:]) == ([], cols)
+
+
+def test_the_threshold_rules_table_pairs_each_rule_with_the_runs_own():
+    """Rows per (k, rule), the run's own rule first; each swept rule's coverage and selective
+    accuracy paired with the own rule's on the same seeds (t interval over the differences)."""
+    from cbm.experiments.tables import threshold_rows
+
+    def run(seed: int, own: tuple[float, float], classwise: tuple[float | None, float | None]) -> dict:
+        res = lambda c, a: [{"k": 4, "coverage": c, "selective_acc": a, "nwa": c}]  # noqa: E731
+        return {"setting": "10px", "model": "cbm", "seed": seed,
+                "_results": {"n_concepts": 4, "config": {"threshold": "global"}, "results": res(*own),
+                             "threshold_sweep": [{"threshold": "classwise", "results": res(*classwise)}]}}  # fmt: skip
+
+    cells = [run(171, (0.80, 0.95), (0.84, 0.94)), run(172, (0.70, 0.96), (0.76, 0.97)), run(173, (0.60, 0.90), (None, None)),
+             {"setting": "10px", "model": "blackbox", "seed": 171, "_results": {"n_concepts": 0, "results": []}}]  # fmt: skip
+    rows, cols = threshold_rows(cells)
+    assert [(r["k"], r["threshold"], r["seeds"]) for r in rows] == [("max", "global", 3), ("max", "classwise", 3)]
+    assert rows[0]["coverage %"] == "70.00 ± 5.77" and rows[1]["coverage %"] == "80.00 ± 4.00"
+    # differences +4 and +6 points on seeds 171, 172 (173 has no class-wise threshold): mean +5,
+    # half-width t(0.975, 1) * sd / sqrt(2) = 12.706 * 1.414 / 1.414 = 12.71
+    assert rows[1]["coverage vs global (points) [95% CI]"] == "+5.00 [-7.71, +17.71]"
+    assert rows[1]["sel. acc vs global (points) [95% CI]"] == "+0.00 [-12.71, +12.71]"
+    assert rows[0]["coverage vs global (points) [95% CI]"] == ""
+    assert cols[-2:] == ["coverage vs global (points) [95% CI]", "sel. acc vs global (points) [95% CI]"]
+    assert threshold_rows(cells[3:]) == ([], cols[:8])

@@ -384,6 +384,10 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         nwa = {(r["model"], r["k"]): r["NWA %"] for r in report["automation"]}
         for r in (r for r in report["cost of a check"] if r["price"] == "equal"):
             assert r["NWA %"] == nwa[(r["model"], r["k"])], r
+        # 0.4.1's class-wise thresholds beside the global one, every model and k, the global rows the automation table's
+        rules = {(r["model"], r["k"], r["threshold"]): r for r in report["threshold rules"]}
+        assert set(rules) == {(m, k, t) for (m, k) in nwa for t in ("global", "classwise")}
+        assert all(rules[(m, k, "global")]["NWA %"] == v for (m, k), v in nwa.items())
     if preset == "paper_v04_own_answers_smoke":  # 0.4.1's CBM reads 1[p >= 0.5]: its own answers change nothing
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"

@@ -209,6 +209,37 @@ def test_a_bad_sweep_is_refused(sweep, msg):
         AutomateConfig(checkpoint="toy", target_accuracy=0.95, sweep_targets=sweep)
 
 
+@pytest.mark.parametrize("rule, other", [("global", "classwise"), ("classwise", "global")])
+def test_a_threshold_rule_sweep_equals_a_run_with_that_rule(tmp_path, rule, other):
+    """Each swept rule: the thresholds and every k's results of a run with that rule alone, at the
+    run's target; the run's own results unchanged; the rules written as their own CSV."""
+    report = run_toy(tmp_path, method="empirical", target_accuracy=0.9, threshold=rule, sweep_thresholds=[other])
+    (swept,) = report["threshold_sweep"]
+    alone, own = run_toy(tmp_path, method="empirical", target_accuracy=0.9, threshold=other), run_toy(tmp_path, method="empirical", target_accuracy=0.9, threshold=rule)
+    assert (swept["threshold"], swept["target_accuracy"]) == (other, 0.9)
+    assert swept["tau"] == alone["calibration"]["tau"] and swept["results"] == alone["results"]
+    assert report["results"] == own["results"] and "sweep" not in report
+    assert isinstance(swept["tau"] if other == "classwise" else report["calibration"]["tau"], list)
+    write_outputs(report, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "automation_thresholds.csv").open()))
+    assert [(r["threshold"], r["k"]) for r in rows] == [(other, k) for k in ("0", "1", "3")]
+
+
+def test_each_split_is_encoded_once_whatever_reads_it(tmp_path, monkeypatch):
+    """Platt scaling and the threshold read the calibration split, the flow at every k, target and
+    rule and the histograms the test split: the model encodes each batch of each split once."""
+    data, model = toy_data(), toy_model()
+    dm = SyntheticDataModule(lambda: data, 64, 128)
+    seen: list[int] = []
+    encode = model.encode
+    monkeypatch.setattr(model, "encode", lambda x: seen.append(len(x)) or encode(x))
+    cfg = AutomateConfig(checkpoint="toy", ks=[0, 1, "max"], method="empirical", target_accuracy=0.9, platt=True,
+                         sweep_targets=[0.8], sweep_thresholds=["classwise"], output_dir=str(tmp_path))  # fmt: skip
+    report = automate(model, dm, cfg)
+    batches = [len(b["y"]) for split in ("calib", "test") for b in dm.loader(split)]
+    assert seen == batches and sum(seen) == 800 and len(report["threshold_sweep"][0]["results"]) == 3
+
+
 def test_classwise_thresholds_hold_each_predicted_class_to_its_own():
     """Per predicted class: the threshold of that class's calibration predictions alone; the flow
     accepts a prediction iff its score is above its class's threshold."""
