@@ -86,6 +86,11 @@ def k_label(k: int, m: int) -> str:
     return "max" if m and k == m else str(k)
 
 
+def k_order(label: str) -> tuple[bool, int]:
+    """Sort key of a :func:`k_label`: the integers in order, ``max`` last."""
+    return label == "max", int(label) if label.isdigit() else 0
+
+
 def grid_max(results: dict[str, Any]) -> int:
     """The budget ``max`` resolved to in an intervention grid's ``results.json``: ``meta.k_max`` (groups
     or cost units), else the number of concepts (grids written before it was recorded)."""
@@ -191,7 +196,7 @@ def by_seed(cells: list[dict[str, Any]]) -> tuple[dict[tuple, dict[int, float]],
             lab = k_label(r["k"], m)
             labels += [lab] if lab not in labels else []
             acc.setdefault((cell["setting"], cell["model"], r["intervener"], r["policy"], lab), {})[cell["seed"]] = r["accuracy"]
-    labels.sort(key=lambda s: (s == "max", int(s) if s.isdigit() else 0))
+    labels.sort(key=k_order)
     return acc, bb, labels
 
 
@@ -338,8 +343,7 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     paper_t = paper.get("automation", {})
     rows = []
     settings = list(dict.fromkeys(k[0] for k in order))
-    kpos = {lab: i for i, lab in enumerate(sorted({k[2] for k in order}, key=lambda s: (s == "max", int(s) if s.isdigit() else 0)))}
-    for key in sorted(order, key=lambda k: (settings.index(k[0]), ARCH_ORDER.get(k[1], 9), k[1], kpos[k[2]])):
+    for key in sorted(order, key=lambda k: (settings.index(k[0]), ARCH_ORDER.get(k[1], 9), k[1], k_order(k[2]))):
         rs = groups[key]
         row = {"setting": key[0], "model": key[1], "k": key[2], "seeds": len(rs),
                "coverage before %": mean_se(r["coverage_before"] for r in rs), "coverage %": mean_se(r["coverage"] for r in rs),
@@ -371,8 +375,7 @@ def target_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
         for target, results in runs:
             for r in results:
                 groups.setdefault((cell["setting"], cell["model"], float(target), k_label(r["k"], m)), []).append(r)
-    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
-    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], k[2], kpos(k[3])))
+    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], k[2], k_order(k[3])))
     rows = []
     for s, m, t, k in keys:
         rs = groups[(s, m, t, k)]
@@ -404,8 +407,7 @@ def threshold_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         for rule, results in [(base, rep["results"]), *((s["threshold"], s["results"]) for s in rep["threshold_sweep"])]:
             for r in results:
                 groups.setdefault((cell["setting"], cell["model"], rule, k_label(r["k"], m)), {})[cell["seed"]] = r
-    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
-    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], kpos(k[3]), k[2] != own[k[:2]], k[2]))
+    keys = sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1], k_order(k[3]), k[2] != own[k[:2]], k[2]))
     moved = ("coverage", "selective_acc")
     rows = []
     for s, m, rule, k in keys:
@@ -448,8 +450,7 @@ def cost_rows(cells: list[dict[str, Any]], cost_models: dict[str, Any]) -> tuple
                 g["coverage"].append(r["coverage"])
                 g["nwa"].append(nwa)
     prices = list(cost_models)
-    kpos = lambda s: (s == "max", int(s) if s.isdigit() else 0)  # noqa: E731
-    keys = sorted(groups, key=lambda k: (k[0], prices.index(k[2]), ARCH_ORDER.get(k[1], 9), k[1], kpos(k[3])))
+    keys = sorted(groups, key=lambda k: (k[0], prices.index(k[2]), ARCH_ORDER.get(k[1], 9), k[1], k_order(k[3])))
     rows = [{"setting": s, "price": p, "model": m, "k": k, "seeds": len(groups[(s, m, p, k)]["nwa"]),
              "coverage %": mean_se(groups[(s, m, p, k)]["coverage"]), "NWA %": mean_se(groups[(s, m, p, k)]["nwa"], signed=True)}
             for s, m, p, k in keys]  # fmt: skip
