@@ -16,7 +16,7 @@ so a table is re-computed from them with the package's own table code (:func:`ce
 
 ``merge`` reads every ``<setting>/<model>/seed<S>/intervene/results.json`` under ``RUN_DIR`` (several
 invocations of one experiment may share it) and replaces those seeds' entries; ``--seeds`` keeps to
-some. ``table`` prints the markdown rows the docs show, a block per table.
+some, ``--models`` to some models. ``table`` prints the markdown rows the docs show, a block per table.
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ NOT_MODELS = {"blackbox", "answer_exchange"}
 NAMES = {"cbm": "CBM", "cem": "CEM", "probcbm": "ProbCBM", "ecbm": "ECBM", "cbm_aligned": "constrained"}
 
 
-def read_run(run_dir: str | Path, seeds: set[int] | None = None) -> tuple[dict[str, Any], dict[str, int], set[str]]:
-    """Per seed, setting, model and intervener, each budget's numbers from the run's intervention grids;
-    the budget ``max`` resolved to, per setting; the policies the grids ran."""
+def read_run(run_dir: str | Path, seeds: set[int] | None = None, models: set[str] | None = None,
+             ) -> tuple[dict[str, Any], dict[str, int], set[str]]:  # fmt: skip
+    """Per seed, setting, model and intervener, each budget's numbers from the run's intervention grids
+    (of ``seeds`` and ``models`` only, when given); the budget ``max`` resolved to, per setting; the
+    policies the grids ran."""
     out: dict[str, Any] = {}
     k_max: dict[str, int] = {}
     policies: set[str] = set()
@@ -50,7 +52,7 @@ def read_run(run_dir: str | Path, seeds: set[int] | None = None) -> tuple[dict[s
     for path in found:
         setting, model, seed_dir = path.parts[-5:-2]
         seed = int(seed_dir.removeprefix("seed"))
-        if seeds is not None and seed not in seeds:
+        if (seeds is not None and seed not in seeds) or (models is not None and model not in models):
             continue
         res = json.loads(path.read_text())
         m = grid_max(res)
@@ -66,13 +68,15 @@ def read_run(run_dir: str | Path, seeds: set[int] | None = None) -> tuple[dict[s
     return out, k_max, policies
 
 
-def merge(run_dir: str | Path, into: str | Path, seeds: set[int] | None = None) -> dict[str, Any]:
-    """Replace the per-seed entries of the results file ``into`` with the run's (the seeds it holds,
-    or ``seeds``); every other entry stays. Written atomically. Returns the merged file."""
+def merge(run_dir: str | Path, into: str | Path, seeds: set[int] | None = None, models: set[str] | None = None,
+          ) -> dict[str, Any]:  # fmt: skip
+    """Replace the per-seed entries of the results file ``into`` with the run's (the seeds and models it
+    holds, or those of ``seeds`` and ``models``); every other entry stays. Written atomically. Returns
+    the merged file."""
     doc = json.loads(Path(into).read_text())
-    new, k_max, policies = read_run(run_dir, seeds)
+    new, k_max, policies = read_run(run_dir, seeds, models)
     if not new:
-        raise ValueError(f"{run_dir} holds none of the seeds {sorted(seeds or [])}")
+        raise ValueError(f"{run_dir} holds no grid of the seeds {sorted(seeds or [])} and models {sorted(models or [])}")
     for setting, m in k_max.items():
         if doc.setdefault("k_max", {}).setdefault(setting, m) != m:
             raise ValueError(f"setting {setting}: the run's budget max is {m}, {into} has {doc['k_max'][setting]}")
@@ -161,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("run_dir")
     m.add_argument("into")
     m.add_argument("--seeds", type=lambda s: {int(x) for x in s.split(",")}, help="comma-separated seeds to take (default: all)")
+    m.add_argument("--models", type=lambda s: set(s.split(",")), help="comma-separated models to take (default: all)")
     t = sub.add_parser("table", help="print the docs' markdown rows of a results file")
     t.add_argument("table", choices=sorted(TABLES))
     t.add_argument("results")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "merge":
-            doc = merge(a.run_dir, a.into, a.seeds)
+            doc = merge(a.run_dir, a.into, a.seeds, a.models)
             print(f"{a.into}: seeds {', '.join(doc['seeds'])}")
         else:
             print("\n\n".join("\n".join(block) for block in TABLES[a.table](json.loads(Path(a.results).read_text()))))

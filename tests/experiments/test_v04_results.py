@@ -90,12 +90,14 @@ def test_merge_keeps_what_the_tables_read(tmp_path):
     assert own_answer_rows(merged) == own_answer_rows(cells)
 
 
-def test_merge_takes_the_seeds_asked_and_replaces_them(tmp_path):
+def test_merge_takes_the_seeds_and_models_asked_and_replaces_them(tmp_path):
     into = tmp_path / "results.json"
     shutil.copyfile(RESULTS / TABLES["own_answers"][0], into)
     _run(tmp_path / "run", [2001, 2002])
+    doc = v04.merge(tmp_path / "run", into, seeds={2002}, models={"probcbm"})
+    assert "2001" not in doc["seeds"] and set(doc["seeds"]["2002"]["true"]) == {"probcbm"}
     doc = v04.merge(tmp_path / "run", into, seeds={2002})
-    assert "2001" not in doc["seeds"] and "2002" in doc["seeds"]
+    assert set(doc["seeds"]["2002"]["true"]) == {"probcbm", "cem", "blackbox"}
     doc["seeds"]["2002"]["true"]["cem"]["oracle"]["0"]["acc"] = -1.0
     into.write_text(json.dumps(doc))
     again = v04.merge(tmp_path / "run", into, seeds={2002})
@@ -116,4 +118,4 @@ def test_merge_refuses_a_run_that_does_not_match(tmp_path, capsys):
     assert v04.main(["merge", str(tmp_path / "empty"), str(into)]) == 2
     assert "holds no" in capsys.readouterr().err
     assert v04.main(["merge", str(run), str(into), "--seeds", "5"]) == 2
-    assert "none of the seeds [5]" in capsys.readouterr().err
+    assert "no grid of the seeds [5]" in capsys.readouterr().err
