@@ -388,6 +388,10 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         rules = {(r["model"], r["k"], r["threshold"]): r for r in report["threshold rules"]}
         assert set(rules) == {(m, k, t) for (m, k) in nwa for t in ("global", "classwise")}
         assert all(rules[(m, k, "global")]["NWA %"] == v for (m, k), v in nwa.items())
+        # 0.4.1's tau sweep: every target at each of its budgets k = 0, 1, 3, max, the 0.95 rows the automation table's
+        taus = {(r["model"], r["target %"], r["k"]): r for r in report["accuracy target sweep"]}
+        assert {(t, k) for m, t, k in taus if m == "cbm"} == {(t, k) for t in ("90", "95", "99") for k in ("0", "1", "3", "max")}
+        assert all(taus[(m, "95", k)]["NWA %"] == v for (m, k), v in nwa.items())
     if preset == "paper_v04_own_answers_smoke":  # 0.4.1's CBM reads 1[p >= 0.5]: its own answers change nothing
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"
