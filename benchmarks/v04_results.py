@@ -1,4 +1,4 @@
-"""The 0.4 robot tables' committed results: merge a run's seeds into them, and render the docs' tables.
+"""The 0.4 tables' committed results: merge a run's seeds into them, and render the docs' tables.
 
 The results files ``benchmarks/results/paper_v04_{alignment,sparse,own_answers}_seeds*.json`` keep,
 per seed, what each intervention grid recorded::
@@ -6,6 +6,10 @@ per seed, what each intervention grid recorded::
     seeds.<seed>.<setting>.<model>.<intervener>.<k label> = {acc, frac_requesting, frac_changed}
     seeds.<seed>.<setting>.blackbox = the black box's test accuracy (when the run trained one)
     k_max.<setting> = the budget "max" stands for; policy = the policy every grid ran
+
+and a Sudoku run's automation (``merge-automation``, the tau sweep's file)::
+
+    automation.<seed>.<setting>.<model> = {n_concepts, target_accuracy, results, sweep}
 
 so a table is re-computed from them with the package's own table code (:func:`cells`, then
 :mod:`cbm.experiments.tables`): the docs' numbers are checked against these files by
@@ -29,13 +33,29 @@ from typing import Any
 
 from cbm.core.atomic import write_json_atomic
 from cbm.experiments.stats import mean_se, paired, paired_text
-from cbm.experiments.tables import by_seed, grid_max, k_label, own_answer_rows
+from cbm.experiments.tables import by_seed, grid_max, k_label, k_order, own_answer_rows, target_rows
 
 #: What a grid row keeps: the results.json field -> its name here.
 KEPT = {"accuracy": "acc", "frac_requesting": "frac_requesting", "frac_changed": "frac_changed"}
 #: Entries of a setting that are not models.
 NOT_MODELS = {"blackbox", "answer_exchange"}
 NAMES = {"cbm": "CBM", "cem": "CEM", "probcbm": "ProbCBM", "ecbm": "ECBM", "cbm_aligned": "constrained"}
+
+
+def _found(run_dir: str | Path, name: str, seeds: set[int] | None, models: set[str] | None,
+           ) -> list[tuple[str, str, int, Path]]:  # fmt: skip
+    """``(setting, model, seed, path)`` of every ``<setting>/<model>/seed<S>/<name>`` under the run (of
+    ``seeds`` and ``models`` only, when given)."""
+    found = sorted(Path(run_dir).glob(f"*/*/seed*/{name}"))
+    if not found:
+        raise FileNotFoundError(f"{run_dir} holds no <setting>/<model>/seed<S>/{name}")
+    out = []
+    for path in found:
+        setting, model, seed_dir = path.relative_to(run_dir).parts[:3]
+        seed = int(seed_dir.removeprefix("seed"))
+        if (seeds is None or seed in seeds) and (models is None or model in models):
+            out.append((setting, model, seed, path))
+    return out
 
 
 def read_run(run_dir: str | Path, seeds: set[int] | None = None, models: set[str] | None = None,
@@ -46,14 +66,7 @@ def read_run(run_dir: str | Path, seeds: set[int] | None = None, models: set[str
     out: dict[str, Any] = {}
     k_max: dict[str, int] = {}
     policies: set[str] = set()
-    found = sorted(Path(run_dir).glob("*/*/seed*/intervene/results.json"))
-    if not found:
-        raise FileNotFoundError(f"{run_dir} holds no <setting>/<model>/seed<S>/intervene/results.json")
-    for path in found:
-        setting, model, seed_dir = path.parts[-5:-2]
-        seed = int(seed_dir.removeprefix("seed"))
-        if (seeds is not None and seed not in seeds) or (models is not None and model not in models):
-            continue
+    for setting, model, seed, path in _found(run_dir, "intervene/results.json", seeds, models):
         res = json.loads(path.read_text())
         m = grid_max(res)
         if k_max.setdefault(setting, m) != m:
@@ -108,6 +121,43 @@ def cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+#: What an automation row keeps (cbm-automate's automation.json ``results`` and ``sweep``).
+AUTO_KEPT = ("k", "tau", "coverage_before", "coverage", "selective_acc", "nwa", "meets_target", "note")
+
+
+def _trim(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{f: r[f] for f in AUTO_KEPT if f in r} for r in results]
+
+
+def merge_automation(run_dir: str | Path, into: str | Path, seeds: set[int] | None = None,
+                     models: set[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Replace the per-seed automation entries of the results file ``into`` with the run's
+    ``<setting>/<model>/seed<S>/automate/automation.json`` (the global target's rows and every swept
+    target's, :data:`AUTO_KEPT` of each row): ``automation.<seed>.<setting>.<model>``. Atomic."""
+    doc = json.loads(Path(into).read_text())
+    found = _found(run_dir, "automate/automation.json", seeds, models)
+    if not found:
+        raise ValueError(f"{run_dir} holds no automation of the seeds {sorted(seeds or [])} and models {sorted(models or [])}")
+    for setting, model, seed, path in found:
+        rep = json.loads(path.read_text())
+        entry = {"n_concepts": rep.get("n_concepts"), "target_accuracy": rep["calibration"]["target_accuracy"],
+                 "results": _trim(rep["results"]),
+                 "sweep": [{"target_accuracy": x["target_accuracy"], "results": _trim(x["results"])} for x in rep.get("sweep", [])]}  # fmt: skip
+        doc.setdefault("automation", {}).setdefault(str(seed), {}).setdefault(setting, {})[model] = entry
+    doc["automation"] = dict(sorted(doc["automation"].items(), key=lambda kv: int(kv[0])))
+    write_json_atomic(into, doc)
+    return doc
+
+
+def automation_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The results file's automation entries as the experiment's automate cells."""
+    return [{"setting": setting, "model": model, "seed": int(seed), "_results": {
+                "n_concepts": e["n_concepts"], "calibration": {"target_accuracy": e["target_accuracy"]},
+                "results": e["results"], "sweep": e["sweep"]}}
+            for seed, settings in doc["automation"].items() for setting, models in settings.items()
+            for model, e in models.items()]  # fmt: skip
+
+
 def _md(cols: list[str]) -> str:
     """One markdown table row, with the typographic minus the docs use."""
     return "| " + " | ".join(cols).replace("-", "−") + " |"
@@ -146,16 +196,45 @@ def sparse_table(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def own_answers_table(doc: dict[str, Any]) -> list[list[str]]:
-    """One table, a row per model: the accuracy change on the robots intervened on (points, mean ± SE) with its own answers
-    and with the true values, on true and on human concepts (:func:`own_answer_rows`)."""
-    rows, _ = own_answer_rows(cells(doc))
+    """One table, a row per model: its seeds, the accuracy change on the robots intervened on (points,
+    mean ± SE) with its own answers and with the true values, on true and on human concepts
+    (:func:`own_answer_rows`)."""
+    grids = cells(doc)
+    rows, _ = own_answer_rows(grids)
     by = {(r["setting"], r["model"]): r for r in rows}
     models = sorted({r["model"] for r in rows}, key=lambda m: list(NAMES).index(m))
-    return [[_md([NAMES[m], *(by[(s, m)][c] for s in ("true", "human") for c in ("own answers (points)", "true values (points)"))])
+    return [[_md([NAMES[m], span(sorted({c["seed"] for c in grids if c["model"] == m})),
+                  *(by[(s, m)][c] for s in ("true", "human") for c in ("own answers (points)", "true values (points)"))])
              for m in models]]  # fmt: skip
 
 
-TABLES = {"alignment": alignment_table, "sparse": sparse_table, "own_answers": own_answers_table}
+def span(seeds: list[int]) -> str:
+    """``1014–1016`` for consecutive seeds, else ``1014, 1016``."""
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def tau_table(doc: dict[str, Any]) -> list[list[str]]:
+    """0.4.1's accuracy-target (tau) sweep, one table per setting, a row per target: the CBM's coverage at
+    every budget, its NWA at k > 0 (at k = 0 it is the coverage), its selective accuracy at k = 0 and the
+    DNN's coverage (mean ± SE over seeds, in %; :func:`target_rows`)."""
+    rows, _ = target_rows(automation_cells(doc))
+    by = {(r["setting"], r["model"], r["target %"], r["k"]): r for r in rows}
+    out = []
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        ks = sorted({r["k"] for r in rows if r["setting"] == setting and r["model"] == "cbm"}, key=k_order)
+        block = []
+        for target in sorted({r["target %"] for r in rows if r["setting"] == setting}, key=float):
+            cbm = [by[(setting, "cbm", target, k)] for k in ks]
+            dnn = by.get((setting, "blackbox", target, "0"), {}).get("coverage %", "")
+            block.append(_md([f"{target}%", *(r["coverage %"] for r in cbm), *(r["NWA %"] for r in cbm[1:]),
+                              cbm[0]["sel. acc %"], dnn]))  # fmt: skip
+        out.append(block)
+    return out
+
+
+TABLES = {"alignment": alignment_table, "sparse": sparse_table, "own_answers": own_answers_table, "tau": tau_table}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge", help="merge a run's seeds into a results file")
     m.add_argument("run_dir")
     m.add_argument("into")
-    m.add_argument("--seeds", type=lambda s: {int(x) for x in s.split(",")}, help="comma-separated seeds to take (default: all)")
-    m.add_argument("--models", type=lambda s: set(s.split(",")), help="comma-separated models to take (default: all)")
+    ma = sub.add_parser("merge-automation", help="merge a run's automation (cbm-automate) into a results file")
+    ma.add_argument("run_dir")
+    ma.add_argument("into")
+    for p in (m, ma):
+        p.add_argument("--seeds", type=lambda s: {int(x) for x in s.split(",")}, help="comma-separated seeds to take (default: all)")
+        p.add_argument("--models", type=lambda s: set(s.split(",")), help="comma-separated models to take (default: all)")
     t = sub.add_parser("table", help="print the docs' markdown rows of a results file")
     t.add_argument("table", choices=sorted(TABLES))
     t.add_argument("results")
@@ -174,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "merge":
             doc = merge(a.run_dir, a.into, a.seeds, a.models)
             print(f"{a.into}: seeds {', '.join(doc['seeds'])}")
+        elif a.cmd == "merge-automation":
+            doc = merge_automation(a.run_dir, a.into, a.seeds, a.models)
+            print(f"{a.into}: automation of seeds {', '.join(doc['automation'])}")
         else:
             print("\n\n".join("\n".join(block) for block in TABLES[a.table](json.loads(Path(a.results).read_text()))))
     except (OSError, ValueError, KeyError) as e:

@@ -119,3 +119,42 @@ def test_merge_refuses_a_run_that_does_not_match(tmp_path, capsys):
     assert "holds no" in capsys.readouterr().err
     assert v04.main(["merge", str(run), str(into), "--seeds", "5"]) == 2
     assert "no grid of the seeds [5]" in capsys.readouterr().err
+
+
+def _automation(seed: int, model: str) -> dict:
+    """One cbm-automate automation.json (the fields the tables read, and some they do not)."""
+    ks = [0] if model == "blackbox" else [0, 1, 3, 27]
+
+    def rows(target: float) -> list[dict]:
+        cov = [round(0.5 + 0.1 * i + (0.99 - target) + 0.01 * (seed - 171), 4) for i in range(len(ks))]
+        return [{"k": k, "tau": 0.7, "n": 200, "coverage_before": cov[0], "coverage": c, "selective_acc": target + 0.001,
+                 "nwa": c - 0.02 * k / 27, "meets_target": True, "requested_share": [0.1] * 27, "aurc": 0.05}
+                for k, c in zip(ks, cov)]  # fmt: skip
+
+    return {"n_concepts": 27, "calibration": {"target_accuracy": 0.95, "method": "plugin"}, "results": rows(0.95),
+            "curves": {"val (k=0)": [[0.0, 1.0]]}, "sweep": [{"target_accuracy": t, "threshold": "global", "tau": 0.6, "results": rows(t)}
+                                                             for t in (0.9, 0.99)]}  # fmt: skip
+
+
+def test_merge_automation_keeps_the_tau_sweep(tmp_path):
+    from cbm.experiments.tables import target_rows
+
+    run, cells = tmp_path / "run", []
+    for seed in (171, 172):
+        for model in ("blackbox", "cbm"):
+            rep = _automation(seed, model)
+            d = run / "10px" / model / f"seed{seed}" / "automate"
+            d.mkdir(parents=True)
+            (d / "automation.json").write_text(json.dumps(rep))
+            cells.append({"setting": "10px", "model": model, "seed": seed, "_results": rep})
+    into = tmp_path / "tau.json"
+    into.write_text(json.dumps({"source": "test"}))
+    doc = v04.merge_automation(run, into)
+    assert json.loads(into.read_text()) == doc and list(doc["automation"]) == ["171", "172"]
+    kept = doc["automation"]["172"]["10px"]["cbm"]
+    assert "requested_share" not in kept["results"][0] and [s["target_accuracy"] for s in kept["sweep"]] == [0.9, 0.99]
+    assert target_rows(v04.automation_cells(doc)) == target_rows(cells)
+    # coverage at 0.90 on seeds 171 / 172: 0.59 / 0.60 at k = 0 -> 59.50 ± 0.50; NWA subtracts 2k/27 points (k = 1, 3, 27)
+    (block,) = v04.tau_table(doc)
+    assert block[0] == "| 90% | 59.50 ± 0.50 | 69.50 ± 0.50 | 79.50 ± 0.50 | 89.50 ± 0.50 | +69.43 ± 0.50 | +79.28 ± 0.50 | +87.50 ± 0.50 | 90.10 ± 0.00 | 59.50 ± 0.50 |".replace("-", "−")
+    assert [row.split(" | ")[0] for row in block] == ["| 90%", "| 95%", "| 99%"]
