@@ -30,7 +30,8 @@ v04 = _module()
 #: table -> (its results file, the docs page that shows it)
 TABLES = {"alignment": ("paper_v04_alignment_seeds1014-1023.json", "v04-tables.md"),
           "sparse": ("paper_v04_sparse_seeds1014-1017.json", "v04-more-tables.md"),
-          "own_answers": ("paper_v04_own_answers_seeds1014-1023.json", "v04-more-tables.md")}  # fmt: skip
+          "own_answers": ("paper_v04_own_answers_seeds1014-1023.json", "v04-more-tables.md"),
+          "tau": ("sudoku_v04_tau_seeds171-174.json", "v04-more-tables.md")}  # fmt: skip
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))
