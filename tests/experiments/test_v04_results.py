@@ -46,7 +46,7 @@ def test_docs_tables_are_the_results_files(table):
         assert "\n".join(block) in text, f"{page} does not show, as computed from {results}:\n" + "\n".join(block)
 
 
-def _grid(seed: int, model: str, k_max: int, blackbox: float | None = None) -> dict:
+def _grid(seed: int, k_max: int, blackbox: float | None = None) -> dict:
     """One intervention grid's results.json as cbm-intervene writes it (the fields the tables read)."""
     rows = []
     for iv, shift in (("oracle", 0.0), ("self", -0.3)):
@@ -65,7 +65,7 @@ def _run(root: Path, seeds: list[int]) -> list[dict]:
     for seed in seeds:
         for setting, k_max in (("true", 7), ("human", 12)):
             for model in ("cem", "probcbm"):
-                res = _grid(seed, model, k_max, blackbox=0.8 + seed / 1e4 if model == "cem" else None)
+                res = _grid(seed, k_max, blackbox=0.8 + seed / 1e4 if model == "cem" else None)
                 d = root / setting / model / f"seed{seed}" / "intervene"
                 d.mkdir(parents=True)
                 (d / "results.json").write_text(json.dumps(res))
@@ -111,7 +111,7 @@ def test_merge_refuses_a_run_that_does_not_match(tmp_path, capsys):
     original = into.read_text()
     run = tmp_path / "run"
     (run / "true" / "cem" / "seed1" / "intervene").mkdir(parents=True)
-    (run / "true" / "cem" / "seed1" / "intervene" / "results.json").write_text(json.dumps(_grid(1, "cem", 9)))
+    (run / "true" / "cem" / "seed1" / "intervene" / "results.json").write_text(json.dumps(_grid(1, 9)))
     assert v04.main(["merge", str(run), str(into)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "budget max is 9" in err and "has 7" in err
