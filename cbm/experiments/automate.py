@@ -7,7 +7,8 @@ accuracy, rescued/deferred fractions, NetWorkAutomated (uniform and cost-weighte
 
 Writes into the Hydra run directory: ``automation.json`` (calibration, config, per-k results,
 risk–coverage curves, and ``confidence``: histograms per true class of what the abstention rule
-thresholds, with the calibrated band), ``automation.csv`` (one row per ``k``), ``risk_coverage.png``;
+thresholds, with the calibrated band, on the calibration and test splits and on the test split with
+every concept confirmed), ``automation.csv`` (one row per ``k``), ``risk_coverage.png``;
 prints a markdown table.
 """
 
@@ -58,6 +59,8 @@ CSV_COLUMNS = [
 MAX_CURVE_POINTS = 500
 #: Equal-width bins on [0, 1] of the stored confidence histograms (automation.json's ``confidence``).
 HIST_BINS = 20
+#: The confidence histograms' split of the test examples scored with every concept set to its true value.
+CONFIRMED = "test_confirmed"
 
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig:
@@ -82,7 +85,7 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     from cbm.interventions.evaluate import resolve_ks
     from cbm.interventions.registry import BuildContext
     from cbm.selective.abstention import uncertainty_threshold
-    from cbm.selective.automation import encode_split, run_automation, score_split
+    from cbm.selective.automation import encode_split, run_automation, score_confirmed, score_split
     from cbm.selective.calibration import TargetUnreachable
     from cbm.selective.metrics import concept_costs, risk_coverage_curve
 
@@ -139,6 +142,8 @@ def automate(model, dm, cfg: AutomateConfig) -> dict[str, Any]:
     curves = {f"{cfg.calib_split} (k=0)": _thin(cal_cov, cal_risk)}
     curves.update({f"test k={k}": _thin(*outcomes[k].curve()) for k in ks})
     scored = {cfg.calib_split: cal_scored, "test": score_split(model, test, cfg.score, transform)}
+    if model.n_concepts:  # how confident checks can make it: the test split with every concept true
+        scored[CONFIRMED] = score_confirmed(model, test, cfg.score, transform)
     conf = confidence_histograms(scored, tau, cfg.score, int(getattr(model, "n_classes", 2)))
     return _report(model, cfg, costs, cal_dict, results, curves, conf, **sweep())
 
@@ -177,13 +182,18 @@ def _calibrated(cfg: AutomateConfig, cal_scored, target: float, model, threshold
 
 def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_classes: int,
                           bins: int = HIST_BINS) -> dict[str, Any]:  # fmt: skip
-    """Per split, histograms per true class of the quantity the abstention rule thresholds, and the
-    calibrated band (compact: counts per bin, no per-example values).
+    """Per split, histograms per true class of the quantity the abstention rule thresholds, the
+    calibrated band (compact: counts per bin, no per-example values) and ``abstained``: the share of
+    the split's examples the rule holds back (:data:`CONFIRMED`, if scored: those no check can rescue).
 
     A binary task scored by probability shows ``p(y=1)`` (``max(p, 1-p)`` is the score: the score
     and the prediction give it back exactly) with the closed rejection band ``[1 - tau, tau]``
     (empty when ``tau < 0.5``); otherwise the score itself, abstaining on ``[0, tau]``.
     """
+    import torch
+
+    from cbm.selective.classwise import per_example
+
     binary = score == "probability" and n_classes <= 2
     edges = np.linspace(0.0, 1.0, bins + 1)
     if isinstance(tau, int | float):
@@ -193,12 +203,15 @@ def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_clas
         band = [1.0 - t[0], t[1]] if binary else [0.0, min(t)]
     out: dict[str, Any] = {"quantity": "p(y=1)" if binary else f"confidence ({score})", "tau": tau, "band": band,
                            "edges": [round(float(e), 12) for e in edges], "splits": {}}  # fmt: skip
+    out["abstained"] = {}
     for split, sc in scored.items():
         value = np.where(sc.preds == 1, sc.scores, 1.0 - sc.scores) if binary else sc.scores
         out["splits"][split] = {
             str(int(c)): [int(n) for n in np.histogram(np.clip(value[sc.y == c], 0.0, 1.0), edges)[0]]
             for c in np.unique(sc.y)
         }
+        held = per_example(tau, torch.from_numpy(np.asarray(sc.preds))).numpy()
+        out["abstained"][split] = float(np.mean(~(sc.scores > held))) if len(sc) else None
     return out
 
 

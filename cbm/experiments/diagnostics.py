@@ -5,7 +5,8 @@ and written as a PNG with its data as a CSV beside it.
 - per concept: detector accuracy, the share of requests a policy makes, the intervener's accuracy on
   what it was asked (an intervener helps only where it is right on what the model asks);
 - answer reliance: accuracy change from k = 0 with the model's own answers (``self``) vs the true ones;
-- confidence: predicted probability by true class with the calibrated abstention band;
+- confidence: predicted probability by true class with the calibrated abstention band, and again with
+  every concept confirmed (what no check can rescue);
 - intervention heatmap: accuracy change k = max minus k = 0 per model x setting x intervener;
 - alignment: constrained vs unconstrained models before and after interventions;
 - concept sets: accuracy at every budget per concept set (true / fine / llm) and model.
@@ -28,6 +29,7 @@ from matplotlib.figure import Figure
 
 from cbm.core.atomic import savefig_atomic, write_csv_atomic
 from cbm.core.safe_paths import slugs
+from cbm.experiments.automate import CONFIRMED
 from cbm.experiments.figures import MARKERS, curve_with_band, hline_with_band
 from cbm.experiments.stats import summarise
 from cbm.experiments.tables import ARCH_ORDER, by_seed, flatten, k_label, read_json
@@ -261,15 +263,18 @@ def answer_reliance(inter: list[dict[str, Any]], stem: Path) -> Diagnostic | Non
 
 # ----------------------------------------------------------------------------- confidence
 CONFIDENCE_COLS = ["setting", "model", "split", "quantity", "class", "bin_low", "bin_high", "seeds", "count", "fraction",
-                   "fraction_se", "band_low", "band_high"]  # fmt: skip
+                   "fraction_se", "band_low", "band_high", "abstained"]  # fmt: skip
 CONFIDENCE_READ = ("the predicted probability of each true class's test examples; the model abstains on those inside "
                    "the shaded band (calibrated on held-out data), so the band should cover where the classes "
-                   "overlap and little else.")  # fmt: skip
+                   "overlap and little else. The lower row, where drawn, scores the same examples with every concept "
+                   "set to its true value: what is still inside the band no check can rescue.")  # fmt: skip
+#: Row titles of the confidence figure per split.
+CONFIDENCE_SPLITS = {"test": "test", CONFIRMED: "test, every concept true"}
 
 
 def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test") -> list[dict[str, Any]]:
     """Per (model, true class, bin) of ``setting``: the fraction of the class's examples in the bin
-    (mean over seeds), the summed count and the mean calibrated band."""
+    (mean over seeds), the summed count, the mean calibrated band and the mean share held back."""
     seeds: dict[str, list[dict[str, Any]]] = {}
     for cell in auto:
         conf = cell["_results"].get("confidence")
@@ -280,6 +285,7 @@ def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test
         confs = seeds[model]
         edges = confs[0]["edges"]
         band = [_stat(c["band"][i] for c in confs)[0] for i in (0, 1)]
+        held = _stat(c.get("abstained", {}).get(split) for c in confs)[0]
         classes = sorted({c for conf in confs for c in conf["splits"][split]}, key=lambda c: (len(c), c))
         for cls in classes:
             hists = [conf["splits"][split][cls] for conf in confs if cls in conf["splits"][split]]
@@ -288,34 +294,46 @@ def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test
                 out.append({"setting": setting, "model": model, "split": split, "quantity": confs[0]["quantity"],
                             "class": cls, "bin_low": edges[b], "bin_high": edges[b + 1], "seeds": n,
                             "count": sum(h[b] for h in hists), "fraction": mean, "fraction_se": se,
-                            "band_low": band[0], "band_high": band[1]})  # fmt: skip
+                            "band_low": band[0], "band_high": band[1], "abstained": held})  # fmt: skip
     return out
 
 
 def confidence(auto: list[dict[str, Any]], setting: str, stem: Path) -> Diagnostic | None:
-    """Per model: histograms of the predicted probability by true class, the abstention band shaded."""
-    rows = confidence_rows(auto, setting)
-    if not rows:
+    """Per model: histograms of the predicted probability by true class, the abstention band shaded;
+    a second row with every concept confirmed where the runs scored it."""
+    per_split = {split: confidence_rows(auto, setting, split) for split in CONFIDENCE_SPLITS}
+    if not per_split["test"]:
         return None
-    models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = _grid(1, len(models))
-    for ax, model in zip(axes[0], models):
-        rs = [r for r in rows if r["model"] == model]
-        lo, hi = rs[0]["band_low"], rs[0]["band_high"]
-        if lo is not None and hi is not None and hi > lo:
-            ax.axvspan(lo, hi, color="black", alpha=BAND_SHADE, linewidth=0, label=f"abstain [{lo:.3g}, {hi:.3g}]")
-        for n, cls in enumerate(dict.fromkeys(r["class"] for r in rs)):
-            cr = [r for r in rs if r["class"] == cls]
-            se = [0.0 if r["fraction_se"] is None else PCT * r["fraction_se"] for r in cr]
-            ax.bar([r["bin_low"] for r in cr], [_nan(r["fraction"]) for r in cr], [r["bin_high"] - r["bin_low"] for r in cr],
-                   align="edge", alpha=HIST_ALPHA, color=f"C{n}", yerr=se, label=f"true class {cls}")  # fmt: skip
-        ax.set_xlabel(rs[0]["quantity"])
-        ax.set_title(model, fontsize=9)
-        ax.set_xlim(0, 1)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=SMALL)
-    axes[0][0].set_ylabel("share of the class's test examples (%)")
+    splits = [split for split, rows in per_split.items() if rows]
+    models = list(dict.fromkeys(r["model"] for r in per_split["test"]))
+    fig, axes = _grid(len(splits), len(models))
+    for row_axes, split in zip(axes, splits):
+        for ax, model in zip(row_axes, models):
+            rs = [r for r in per_split[split] if r["model"] == model]
+            if not rs:
+                ax.set_axis_off()
+                continue
+            _confidence_panel(ax, rs, f"{model}, {CONFIDENCE_SPLITS[split]}")
+        row_axes[0].set_ylabel("share of the class's examples (%)")
+    rows = [r for split in splits for r in per_split[split]]
     return _save(fig, rows, CONFIDENCE_COLS, stem, f"{setting}: confidence by class and the abstention band", CONFIDENCE_READ)
+
+
+def _confidence_panel(ax, rs: list[dict[str, Any]], title: str) -> None:
+    lo, hi = rs[0]["band_low"], rs[0]["band_high"]
+    if lo is not None and hi is not None and hi > lo:
+        ax.axvspan(lo, hi, color="black", alpha=BAND_SHADE, linewidth=0, label=f"abstain [{lo:.3g}, {hi:.3g}]")
+    for n, cls in enumerate(dict.fromkeys(r["class"] for r in rs)):
+        cr = [r for r in rs if r["class"] == cls]
+        se = [0.0 if r["fraction_se"] is None else PCT * r["fraction_se"] for r in cr]
+        ax.bar([r["bin_low"] for r in cr], [_nan(r["fraction"]) for r in cr], [r["bin_high"] - r["bin_low"] for r in cr],
+               align="edge", alpha=HIST_ALPHA, color=f"C{n}", yerr=se, label=f"true class {cls}")  # fmt: skip
+    held = rs[0]["abstained"]
+    ax.set_xlabel(rs[0]["quantity"])
+    ax.set_title(title if held is None else f"{title}: {PCT * held:.1f}% held back", fontsize=9)
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=SMALL)
 
 
 # ----------------------------------------------------------------------------- heatmap

@@ -22,6 +22,7 @@ from cbm.selective.automation import (
     Scored,
     calibrate_model,
     run_automation,
+    score_confirmed,
     score_split,
 )
 from cbm.selective.calibration import (
@@ -71,6 +72,7 @@ __all__ = [
     "request_cost",
     "risk_coverage_curve",
     "run_automation",
+    "score_confirmed",
     "score_split",
     "selective_summary",
     "uncertainty_threshold",

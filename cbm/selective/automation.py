@@ -101,9 +101,30 @@ def _task_logits(model, state, transform: LogitMap) -> Tensor:
 def score_split(model, batches: Iterable[Batch], score: str = "probability", transform: LogitMap = None) -> Scored:
     """Confidence scores and predictions of ``model`` on every example of ``batches`` (``transform``:
     applied to the task logits first, e.g. Platt scaling)."""
+    return _scored(model, batches, score, transform, lambda batch, state: state)
+
+
+@torch.no_grad()
+def score_confirmed(model, batches: Iterable[Batch], score: str = "probability", transform: LogitMap = None) -> Scored:
+    """Like :func:`score_split`, after every concept of every example is set to its true value through
+    the model's own intervention (0.4.1's ``p_test_true_concepts``): how confident checks can make the
+    model at most. Examples still inside the abstention band are deferred whatever a human checks."""
+    from cbm.interventions.interveners.oracle import OracleIntervener
+
+    oracle = OracleIntervener()
+
+    def confirmed(batch: Batch, state):
+        mask = torch.ones(state.probs.shape, dtype=torch.bool, device=state.probs.device)
+        return model.intervene(state, mask, oracle(batch, state, mask))
+
+    return _scored(model, batches, score, transform, confirmed)
+
+
+def _scored(model, batches: Iterable[Batch], score: str, transform: LogitMap, state_of: Callable[[Batch, Any], Any]) -> Scored:
     model.eval()
     scores, preds, ys = [], [], []
     for batch, state in _encoded(model, batches):
+        state = state_of(batch, state)
         logits = _task_logits(model, state, transform)
         scores.append(confidence(model, state, logits, score).double().cpu())
         preds.append(predictions(logits).cpu())

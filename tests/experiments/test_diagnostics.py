@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cbm.experiments import diagnostics as dg
-from cbm.experiments.automate import HIST_BINS, confidence_histograms
+from cbm.experiments.automate import CONFIRMED, HIST_BINS, confidence_histograms
 from cbm.selective.automation import Scored
 
 NAMES = ["knees", "mouth", "feet"]
@@ -139,6 +139,20 @@ def test_write_diagnostics_draws_each_figure_with_its_csv(tmp_path):
     assert float(next(r for r in sets if (r["model"], r["setting"], r["k"]) == ("cbm", "llm", "max"))["accuracy"]) == pytest.approx(0.815)
 
 
+def test_confidence_draws_the_confirmed_row_where_the_runs_scored_it(tmp_path):
+    auto = [automate_cell("s", "cbm", s, confirmed=True) for s in (0, 1)] + [automate_cell("s", "cem", 0)]
+    d = dg.confidence(auto, "s", tmp_path / "conf")
+    rows = read_csv(d.csv)
+    assert {(r["model"], r["split"]) for r in rows} == {("cbm", "test"), ("cbm", CONFIRMED), ("cem", "test")}
+    held = {(r["model"], r["split"]): float(r["abstained"]) for r in rows}
+    # 5 and 6 of 100 examples stay at 0.5 with every concept true; before, every score up to tau = 0.8 is held
+    assert held["cbm", CONFIRMED] == pytest.approx(0.055)
+    p1 = [np.concatenate([np.linspace(0.0, 0.6, 40), np.linspace(0.3 + 0.01 * s, 1.0, 60)]) for s in (0, 1)]
+    assert held["cbm", "test"] == pytest.approx(statistics.fmean(np.mean(np.maximum(p, 1 - p) <= 0.8) for p in p1))
+    assert sum(int(r["count"]) for r in rows if (r["model"], r["split"]) == ("cbm", CONFIRMED)) == 200
+    assert d.png.stat().st_size > 5000 and "no check can rescue" in d.read_as
+
+
 def test_figures_that_do_not_apply_are_left_out(tmp_path):
     cells = inter_cells()
     for c in cells:  # old results: no per-concept statistics; no self intervener
@@ -158,11 +172,16 @@ def test_alignment_pairs_from_compare_or_the_model_entries():
     assert dg.alignment_pairs({}) == []
 
 
-def automate_cell(setting: str, model: str, seed: int) -> dict:
+def automate_cell(setting: str, model: str, seed: int, confirmed: bool = False) -> dict:
     y = np.array([0] * 40 + [1] * 60)
     p1 = np.concatenate([np.linspace(0.0, 0.6, 40), np.linspace(0.3 + 0.01 * seed, 1.0, 60)])
     sc = Scored(np.maximum(p1, 1 - p1), (p1 > 0.5).astype(np.int64), y)
-    conf = confidence_histograms({"test": sc}, 0.8, "probability", 2)
+    scored = {"test": sc}
+    if confirmed:  # every concept true: all but 5 + seed examples leave the band [0.2, 0.8] on their class's side
+        sure = np.where(y == 1, 0.95, 0.05)
+        sure[: 5 + seed] = 0.5
+        scored[CONFIRMED] = Scored(np.maximum(sure, 1 - sure), (sure > 0.5).astype(np.int64), y)
+    conf = confidence_histograms(scored, 0.8, "probability", 2)
     return {"setting": setting, "model": model, "seed": seed, "_results": {"confidence": conf}}
 
 
@@ -176,6 +195,9 @@ def test_confidence_histograms_give_back_the_probability_by_class():
     assert conf["splits"]["test"] == {"0": expect[0], "1": expect[1]}
     multi = confidence_histograms({"test": sc}, 0.7, "uncertainty", 2)
     assert multi["quantity"] == "confidence (uncertainty)" and multi["band"] == [0.0, 0.7]
+    # held back: score > tau fails for 0.55 and 0.5; per predicted class [0.95, never] only 0.98 passes
+    assert conf["abstained"] == {"test": 0.4} and multi["abstained"] == {"test": 0.4}
+    assert confidence_histograms({"test": sc}, [0.95, None], "probability", 2)["abstained"] == {"test": 0.8}
     rows = dg.confidence_rows([automate_cell("s", "cbm", 0), automate_cell("s", "cbm", 1)], "s")
     for cls, n in (("0", 40), ("1", 60)):
         cr = [r for r in rows if r["class"] == cls]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -392,6 +393,10 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         taus = {(r["model"], r["target %"], r["k"]): r for r in report["accuracy target sweep"]}
         assert {(t, k) for m, t, k in taus if m == "cbm"} == {(t, k) for t in ("90", "95", "99") for k in ("0", "1", "3", "max")}
         assert all(taus[(m, "95", k)]["NWA %"] == v for (m, k), v in nwa.items())
+        # the confidence figure's second row: the CBM's test boards with every cell's digit confirmed
+        (conf,) = (root / "figures").glob("diag_confidence_*.csv")
+        rows = list(csv.DictReader(conf.open()))
+        assert {r["model"] for r in rows if r["split"] == "test_confirmed"} == {"cbm"} < {r["model"] for r in rows}
     if preset == "paper_v04_own_answers_smoke":  # 0.4.1's CBM reads 1[p >= 0.5]: its own answers change nothing
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"

@@ -13,6 +13,7 @@ from selective_toys import MostUncertainPolicy, toy_data, toy_model
 from cbm.core.common import CONF_DIR
 from cbm.core.validation import ConfigError
 from cbm.experiments.automate import (
+    CONFIRMED,
     CSV_COLUMNS,
     AutomateConfig,
     automate,
@@ -94,6 +95,11 @@ def test_report_and_files(tmp_path, monkeypatch):
         1 - by_k[1]["coverage_before"]
     )
     assert by_k[3]["selective_acc"] >= 0.95  # oracle concepts through a correct head: rescues are right
+    conf = report["confidence"]  # the test split as scored, and again with every concept true
+    assert conf["abstained"]["test"] == pytest.approx(1 - by_k[0]["coverage_before"])
+    assert sum(map(sum, conf["splits"][CONFIRMED].values())) == 400
+    # k = 3 asks the abstained examples about all three concepts: what is still held then is held confirmed
+    assert conf["abstained"][CONFIRMED] >= 1 - by_k[3]["coverage"] - 1e-12
 
     write_outputs(report, tmp_path)
     assert json.loads((tmp_path / "automation.json").read_text())["calibration"]["tau"] == cal["tau"]

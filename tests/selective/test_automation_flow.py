@@ -7,7 +7,7 @@ from selective_toys import MostUncertainPolicy, toy_batch
 
 from cbm.interventions import OracleIntervener, RandomPolicy
 from cbm.models import build_model
-from cbm.selective import concept_costs, confidence, run_automation, score_split
+from cbm.selective import concept_costs, confidence, run_automation, score_confirmed, score_split
 
 TAU = 0.99
 
@@ -102,6 +102,18 @@ def test_score_split_collects_predictions(model, batch):
     # 4 and 5 sit exactly on P(y=1) = 0.5, where the predicted class is a coin toss of rounding
     assert sc.correct[[0, 1, 2, 5, 6, 7]].tolist() == [True, True, True, False, False, False]
     assert len(sc) == 8 and np.all((sc.scores >= 0.5) & (sc.scores <= 1.0))
+
+
+def test_score_confirmed_sets_every_concept_true(model, batch):
+    # true concepts sum to 3, 0, 2, 2, 1, 2, 3, 2: P(y=1) = sigmoid(10 * sum - 15), so every score is
+    # at least sigmoid(5) = 0.99331 and every prediction follows the concepts (7 is label noise)
+    sc = score_confirmed(model, [batch])
+    assert sc.preds.tolist() == [1, 0, 1, 1, 0, 1, 1, 1] and sc.y.tolist() == [1, 0, 1, 1, 0, 1, 0, 1]
+    assert sc.scores == pytest.approx([1 / (1 + np.exp(-abs(10 * s - 15))) for s in (3, 0, 2, 2, 1, 2, 3, 2)], abs=1e-6)
+    # the flow at k = m with the oracle scores each abstained example exactly as confirming it all
+    out = flow(model, [batch], ks=(3,), policy=RandomPolicy)[3]
+    held = ~out.accepted_before
+    assert np.array_equal(out.score_final[held], sc.scores[held]) and out.asked[held].all()
 
 
 def test_probcbm_uncertainty_score_drops_after_intervention():
