@@ -9,7 +9,7 @@ per seed, what each intervention grid recorded::
 
 and a Sudoku run's automation (``merge-automation``, the tau sweep's file)::
 
-    automation.<seed>.<setting>.<model> = {n_concepts, target_accuracy, results, sweep}
+    automation.<seed>.<setting>.<model> = {n_concepts, target_accuracy, results, sweep[, confidence]}
 
 so a table is re-computed from them with the package's own table code (:func:`cells`, then
 :mod:`cbm.experiments.tables`): the docs' numbers are checked against these files by
@@ -33,7 +33,15 @@ from typing import Any
 
 from cbm.core.atomic import write_json_atomic
 from cbm.experiments.stats import mean_se, paired, paired_text
-from cbm.experiments.tables import by_seed, grid_max, k_label, k_order, own_answer_rows, target_rows
+from cbm.experiments.tables import (
+    by_seed,
+    confirmed_rows,
+    grid_max,
+    k_label,
+    k_order,
+    own_answer_rows,
+    target_rows,
+)
 
 #: What a grid row keeps: the results.json field -> its name here.
 KEPT = {"accuracy": "acc", "frac_requesting": "frac_requesting", "frac_changed": "frac_changed"}
@@ -125,6 +133,10 @@ def cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
 AUTO_KEPT = ("k", "tau", "coverage_before", "coverage", "selective_acc", "nwa", "meets_target", "note")
 
 
+#: What an automation's ``confidence`` keeps (the per-split shares, not the histograms).
+CONF_KEPT = ("abstained", "accuracy")
+
+
 def _trim(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{f: r[f] for f in AUTO_KEPT if f in r} for r in results]
 
@@ -143,6 +155,9 @@ def merge_automation(run_dir: str | Path, into: str | Path, seeds: set[int] | No
         entry = {"n_concepts": rep.get("n_concepts"), "target_accuracy": rep["calibration"]["target_accuracy"],
                  "results": _trim(rep["results"]),
                  "sweep": [{"target_accuracy": x["target_accuracy"], "results": _trim(x["results"])} for x in rep.get("sweep", [])]}  # fmt: skip
+        conf = rep.get("confidence") or {}
+        if conf.get("abstained"):  # confirmed confidence: each split's share held back and accuracy
+            entry["confidence"] = {f: conf[f] for f in CONF_KEPT if f in conf}
         doc.setdefault("automation", {}).setdefault(str(seed), {}).setdefault(setting, {})[model] = entry
     doc["automation"] = dict(sorted(doc["automation"].items(), key=lambda kv: int(kv[0])))
     write_json_atomic(into, doc)
@@ -153,7 +168,7 @@ def automation_cells(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """The results file's automation entries as the experiment's automate cells."""
     return [{"setting": setting, "model": model, "seed": int(seed), "_results": {
                 "n_concepts": e["n_concepts"], "calibration": {"target_accuracy": e["target_accuracy"]},
-                "results": e["results"], "sweep": e["sweep"]}}
+                "results": e["results"], "sweep": e["sweep"], **({"confidence": e["confidence"]} if "confidence" in e else {})}}
             for seed, settings in doc["automation"].items() for setting, models in settings.items()
             for model, e in models.items()]  # fmt: skip
 
@@ -234,7 +249,18 @@ def tau_table(doc: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-TABLES = {"alignment": alignment_table, "sparse": sparse_table, "own_answers": own_answers_table, "tau": tau_table}
+def confirmed_table(doc: dict[str, Any]) -> list[list[str]]:
+    """Confirmed confidence, a row per (setting, model) that scored it: seeds, the share held back and the
+    accuracy as predicted → with every concept true (mean ± SE, %), and the paired differences
+    (:func:`confirmed_rows`)."""
+    rows, _ = confirmed_rows(automation_cells(doc))
+    return [[_md([r["model"].upper() if r["model"] == "cbm" else r["model"], str(r["seeds"]),
+                  f"{r['held back %']} → {r['held back, every concept true %']}", r["held back: difference (points) [95% CI]"],
+                  f"{r['accuracy %']} → {r['accuracy, every concept true %']}", r["accuracy: difference (points) [95% CI]"]])
+             for r in rows]]  # fmt: skip
+
+
+TABLES = {"confirmed": confirmed_table, "alignment": alignment_table, "sparse": sparse_table, "own_answers": own_answers_table, "tau": tau_table}
 
 
 def main(argv: list[str] | None = None) -> int:

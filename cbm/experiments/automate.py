@@ -28,6 +28,7 @@ from cbm.core.atomic import ensure_dir, write_csv_atomic
 from cbm.core.cli import hydra_app
 from cbm.core.common import markdown_table, say, write_json_atomic
 from cbm.core.validation import as_dict
+from cbm.experiments.tables import CONFIRMED
 from cbm.tracking import wandb_run
 from cbm.training.device import resolve_device
 
@@ -59,8 +60,6 @@ CSV_COLUMNS = [
 MAX_CURVE_POINTS = 500
 #: Equal-width bins on [0, 1] of the stored confidence histograms (automation.json's ``confidence``).
 HIST_BINS = 20
-#: The confidence histograms' split of the test examples scored with every concept set to its true value.
-CONFIRMED = "test_confirmed"
 
 
 def validate(cfg: DictConfig | dict, check_paths: bool = True) -> AutomateConfig:
@@ -183,8 +182,9 @@ def _calibrated(cfg: AutomateConfig, cal_scored, target: float, model, threshold
 def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_classes: int,
                           bins: int = HIST_BINS) -> dict[str, Any]:  # fmt: skip
     """Per split, histograms per true class of the quantity the abstention rule thresholds, the
-    calibrated band (compact: counts per bin, no per-example values) and ``abstained``: the share of
-    the split's examples the rule holds back (:data:`CONFIRMED`, if scored: those no check can rescue).
+    calibrated band (compact: counts per bin, no per-example values), ``abstained``: the share of the
+    split's examples the rule holds back (:data:`CONFIRMED`, if scored: those no check can rescue), and
+    ``accuracy``: the split's accuracy (:data:`CONFIRMED`: the label head's on the true concepts).
 
     A binary task scored by probability shows ``p(y=1)`` (``max(p, 1-p)`` is the score: the score
     and the prediction give it back exactly) with the closed rejection band ``[1 - tau, tau]``
@@ -203,7 +203,7 @@ def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_clas
         band = [1.0 - t[0], t[1]] if binary else [0.0, min(t)]
     out: dict[str, Any] = {"quantity": "p(y=1)" if binary else f"confidence ({score})", "tau": tau, "band": band,
                            "edges": [round(float(e), 12) for e in edges], "splits": {}}  # fmt: skip
-    out["abstained"] = {}
+    out["abstained"], out["accuracy"] = {}, {}
     for split, sc in scored.items():
         value = np.where(sc.preds == 1, sc.scores, 1.0 - sc.scores) if binary else sc.scores
         out["splits"][split] = {
@@ -212,6 +212,7 @@ def confidence_histograms(scored: dict[str, Any], tau: float, score: str, n_clas
         }
         held = per_example(tau, torch.from_numpy(np.asarray(sc.preds))).numpy()
         out["abstained"][split] = float(np.mean(~(sc.scores > held))) if len(sc) else None
+        out["accuracy"][split] = float(np.mean(sc.correct)) if len(sc) else None
     return out
 
 

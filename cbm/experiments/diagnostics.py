@@ -29,10 +29,9 @@ from matplotlib.figure import Figure
 
 from cbm.core.atomic import savefig_atomic, write_csv_atomic
 from cbm.core.safe_paths import slugs
-from cbm.experiments.automate import CONFIRMED
 from cbm.experiments.figures import MARKERS, curve_with_band, hline_with_band
 from cbm.experiments.stats import summarise
-from cbm.experiments.tables import ARCH_ORDER, by_seed, flatten, k_label, read_json
+from cbm.experiments.tables import ARCH_ORDER, CONFIRMED, by_seed, flatten, k_label, read_json
 
 #: Percent scale of the figures (the CSVs keep fractions).
 PCT = 100.0
@@ -263,7 +262,7 @@ def answer_reliance(inter: list[dict[str, Any]], stem: Path) -> Diagnostic | Non
 
 # ----------------------------------------------------------------------------- confidence
 CONFIDENCE_COLS = ["setting", "model", "split", "quantity", "class", "bin_low", "bin_high", "seeds", "count", "fraction",
-                   "fraction_se", "band_low", "band_high", "abstained"]  # fmt: skip
+                   "fraction_se", "band_low", "band_high", "abstained", "accuracy"]  # fmt: skip
 CONFIDENCE_READ = ("the predicted probability of each true class's test examples; the model abstains on those inside "
                    "the shaded band (calibrated on held-out data), so the band should cover where the classes "
                    "overlap and little else. The lower row, where drawn, scores the same examples with every concept "
@@ -274,7 +273,8 @@ CONFIDENCE_SPLITS = {"test": "test", CONFIRMED: "test, every concept true"}
 
 def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test") -> list[dict[str, Any]]:
     """Per (model, true class, bin) of ``setting``: the fraction of the class's examples in the bin
-    (mean over seeds), the summed count, the mean calibrated band and the mean share held back."""
+    (mean over seeds), the summed count, the mean calibrated band, the mean share held back and the
+    mean accuracy on the split."""
     seeds: dict[str, list[dict[str, Any]]] = {}
     for cell in auto:
         conf = cell["_results"].get("confidence")
@@ -286,6 +286,7 @@ def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test
         edges = confs[0]["edges"]
         band = [_stat(c["band"][i] for c in confs)[0] for i in (0, 1)]
         held = _stat(c.get("abstained", {}).get(split) for c in confs)[0]
+        acc = _stat(c.get("accuracy", {}).get(split) for c in confs)[0]
         classes = sorted({c for conf in confs for c in conf["splits"][split]}, key=lambda c: (len(c), c))
         for cls in classes:
             hists = [conf["splits"][split][cls] for conf in confs if cls in conf["splits"][split]]
@@ -294,7 +295,7 @@ def confidence_rows(auto: list[dict[str, Any]], setting: str, split: str = "test
                 out.append({"setting": setting, "model": model, "split": split, "quantity": confs[0]["quantity"],
                             "class": cls, "bin_low": edges[b], "bin_high": edges[b + 1], "seeds": n,
                             "count": sum(h[b] for h in hists), "fraction": mean, "fraction_se": se,
-                            "band_low": band[0], "band_high": band[1], "abstained": held})  # fmt: skip
+                            "band_low": band[0], "band_high": band[1], "abstained": held, "accuracy": acc})  # fmt: skip
     return out
 
 
@@ -328,9 +329,10 @@ def _confidence_panel(ax, rs: list[dict[str, Any]], title: str) -> None:
         se = [0.0 if r["fraction_se"] is None else PCT * r["fraction_se"] for r in cr]
         ax.bar([r["bin_low"] for r in cr], [_nan(r["fraction"]) for r in cr], [r["bin_high"] - r["bin_low"] for r in cr],
                align="edge", alpha=HIST_ALPHA, color=f"C{n}", yerr=se, label=f"true class {cls}")  # fmt: skip
-    held = rs[0]["abstained"]
+    held, acc = rs[0]["abstained"], rs[0]["accuracy"]
+    notes = [f"{PCT * v:.1f}% {what}" for v, what in ((held, "held back"), (acc, "right")) if v is not None]
     ax.set_xlabel(rs[0]["quantity"])
-    ax.set_title(title if held is None else f"{title}: {PCT * held:.1f}% held back", fontsize=9)
+    ax.set_title(f"{title}: {', '.join(notes)}" if notes else title, fontsize=9)
     ax.set_xlim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=SMALL)

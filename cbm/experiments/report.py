@@ -36,6 +36,7 @@ from cbm.experiments.tables import (
     ARCH_ORDER,
     automation_rows,
     comparisons,
+    confirmed_rows,
     cost_rows,
     exchange_rows,
     intervention_rows,
@@ -176,7 +177,7 @@ def write_experiment_report(root: str | Path) -> str:
               "interventions": intervention_rows(inter, paper), "automation": automation_rows(auto, paper),
               "paired differences": paired_rows(inter, *comparisons(cfg)), "own answers": own_answer_rows(inter), "answer exchange": exchange_rows(inter),
               "cost of a check": cost_rows(auto, cfg.get("cost_models") or {}), "accuracy target sweep": target_rows(auto),
-              "threshold rules": threshold_rows(auto),
+              "threshold rules": threshold_rows(auto), "confirmed confidence": confirmed_rows(auto),
               "rules": rule_rows(root, manifest)}  # fmt: skip
     cells = manifest["cells"]
     unfinished = [{"cell": c["key"], "status": c["status"], "why": c.get("note", "")} for c in cells if c["status"] != "done"]

@@ -361,6 +361,10 @@ def automation_rows(cells: list[dict[str, Any]], paper: dict[str, Any]) -> tuple
     return rows, cols
 
 
+#: The test split scored with every concept set to its true value (``automation.json``'s ``confidence``).
+CONFIRMED = "test_confirmed"
+
+
 def target_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The accuracy-target sweep (0.4.1's tau table): per (setting, model, target, k), coverage,
     selective accuracy and NWA over seeds, from the automation runs that swept targets
@@ -422,6 +426,31 @@ def threshold_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         rows.append(row)
     cols = ["setting", "model", "k", "threshold", "seeds", "coverage %", "sel. acc %", "NWA %"]
     cols += list(dict.fromkeys(c for r in rows for c in r if c.endswith("[95% CI]")))
+    return rows, cols
+
+
+def confirmed_rows(cells: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Confirmed confidence (0.4.1's ``p_test_true_concepts``): per (setting, model) whose automation
+    scored the test split with every concept true (``automation.json``'s ``confidence``), the share the
+    abstention rule holds back and the accuracy, as predicted and with every concept confirmed, over
+    seeds, with their paired differences (confirmed minus as predicted)."""
+    groups: dict[tuple, dict[int, dict[str, Any]]] = {}
+    for cell in cells:
+        conf = cell["_results"].get("confidence") or {}
+        if CONFIRMED in (conf.get("abstained") or {}):
+            groups.setdefault((cell["setting"], cell["model"]), {})[cell["seed"]] = conf
+    rows = []
+    for s, m in sorted(groups, key=lambda k: (k[0], ARCH_ORDER.get(k[1], 9), k[1])):
+        confs = groups[(s, m)]
+        row: dict[str, Any] = {"setting": s, "model": m, "seeds": len(confs)}
+        for field, col in (("abstained", "held back"), ("accuracy", "accuracy")):
+            split = [{seed: c[field][name] for seed, c in confs.items() if c.get(field, {}).get(name) is not None}
+                     for name in ("test", CONFIRMED)]  # fmt: skip
+            row[f"{col} %"] = mean_se(split[0].values())
+            row[f"{col}, every concept true %"] = mean_se(split[1].values())
+            row[f"{col}: difference (points) [95% CI]"] = paired_text(paired(split[1], split[0]))
+        rows.append(row)
+    cols = ["setting", "model", "seeds"] + [c for c in (rows[0] if rows else {}) if c not in ("setting", "model", "seeds")]
     return rows, cols
 
 

@@ -158,6 +158,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
     from cbm.tracking.lightning import log_training_results, replay_csv
     from cbm.tracking.wandb_run import distinct_name, exit_code_for, hydra_job, run_config, write_record
     from cbm.training.checkpoint import read_checkpoint
+    from cbm.training.device import numerics
     from cbm.training.trainer import build_trainer, finish_wandb, wandb_logger_of
     from synthetic.cache import aux_cache
     from synthetic.datamodule import SyntheticDataModule
@@ -248,6 +249,7 @@ def run(cfg: DictConfig, resume: bool = False) -> dict[str, Any]:
             device=str(trainer.strategy.root_device),
             world_size=trainer.world_size,
             precision=str(t.precision),
+            numerics=numerics(),
         )
         write_json_atomic(run_dir / "metrics.json", metrics)
         write_json_atomic(run_dir / "timing.json", {k: round(v, 3) for k, v in timing.items()})

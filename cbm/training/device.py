@@ -17,3 +17,15 @@ def resolve_device(name: str):
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def numerics() -> dict[str, object]:
+    """What a run's floating-point results depend on beyond its seed and config: the torch build, the
+    CPU's vector kernels torch dispatches to (a generic-kernel run of the same seed trains other
+    weights), the intra-op threads and the GPU. Written into each training's ``metrics.json`` so a
+    rerun that differs can be told apart from one on other numerics."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads(), "gpu": gpu}  # fmt: skip

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from cbm.experiments import diagnostics as dg
-from cbm.experiments.automate import CONFIRMED, HIST_BINS, confidence_histograms
+from cbm.experiments.automate import HIST_BINS, confidence_histograms
+from cbm.experiments.stats import mean_se, paired, paired_text
+from cbm.experiments.tables import CONFIRMED, confirmed_rows
 from cbm.selective.automation import Scored
 
 NAMES = ["knees", "mouth", "feet"]
@@ -147,10 +149,26 @@ def test_confidence_draws_the_confirmed_row_where_the_runs_scored_it(tmp_path):
     held = {(r["model"], r["split"]): float(r["abstained"]) for r in rows}
     # 5 and 6 of 100 examples stay at 0.5 with every concept true; before, every score up to tau = 0.8 is held
     assert held["cbm", CONFIRMED] == pytest.approx(0.055)
+    # ... and those are class 0, predicted 0 at p = 0.5: with every concept true each example is right
+    assert {float(r["accuracy"]) for r in rows if (r["model"], r["split"]) == ("cbm", CONFIRMED)} == {1.0}
     p1 = [np.concatenate([np.linspace(0.0, 0.6, 40), np.linspace(0.3 + 0.01 * s, 1.0, 60)]) for s in (0, 1)]
     assert held["cbm", "test"] == pytest.approx(statistics.fmean(np.mean(np.maximum(p, 1 - p) <= 0.8) for p in p1))
     assert sum(int(r["count"]) for r in rows if (r["model"], r["split"]) == ("cbm", CONFIRMED)) == 200
     assert d.png.stat().st_size > 5000 and "no check can rescue" in d.read_as
+
+
+def test_confirmed_rows_pair_each_seed_as_predicted_and_confirmed():
+    auto = [automate_cell("s", "cbm", s, confirmed=True) for s in (0, 1)] + [automate_cell("s", "cem", 0)]
+    rows, cols = confirmed_rows(auto)
+    (row,) = rows  # the CEM's runs scored no confirmed split
+    confs = {c["seed"]: c["_results"]["confidence"] for c in auto if c["model"] == "cbm"}
+    held = [{s: c["abstained"][split] for s, c in confs.items()} for split in ("test", CONFIRMED)]
+    assert held[1] == {0: pytest.approx(0.05), 1: pytest.approx(0.06)}
+    assert row["seeds"] == 2 and row["held back %"] == mean_se(held[0].values())
+    assert row["held back, every concept true %"] == "5.50 ± 0.50"
+    assert row["held back: difference (points) [95% CI]"] == paired_text(paired(held[1], held[0]))
+    assert row["accuracy, every concept true %"] == "100.00 ± 0.00" and cols[:3] == ["setting", "model", "seeds"]
+    assert set(cols) == set(row) and confirmed_rows([automate_cell("s", "cbm", 0)]) == ([], ["setting", "model", "seeds"])
 
 
 def test_figures_that_do_not_apply_are_left_out(tmp_path):
@@ -197,6 +215,7 @@ def test_confidence_histograms_give_back_the_probability_by_class():
     assert multi["quantity"] == "confidence (uncertainty)" and multi["band"] == [0.0, 0.7]
     # held back: score > tau fails for 0.55 and 0.5; per predicted class [0.95, never] only 0.98 passes
     assert conf["abstained"] == {"test": 0.4} and multi["abstained"] == {"test": 0.4}
+    assert conf["accuracy"] == {"test": 0.6}  # 0.55 (class 0) and 0.5 (class 1, predicted 0) are wrong
     assert confidence_histograms({"test": sc}, [0.95, None], "probability", 2)["abstained"] == {"test": 0.8}
     rows = dg.confidence_rows([automate_cell("s", "cbm", 0), automate_cell("s", "cbm", 1)], "s")
     for cls, n in (("0", 40), ("1", 60)):
@@ -256,11 +275,13 @@ def check_decision_support_diagnostics(root: Path) -> None:
     for r in read_csv(out["diag_answer_reliance"].csv):
         if r["intervener"] == "self" and r["model"] == "cbm":
             assert float(r["delta"]) == 0.0
-    for cell in auto:  # the confidence histograms hold every test example once
+    for cell in auto:  # the confidence histograms hold every test example once, as predicted and confirmed
         conf, n = cell["_results"]["confidence"], cell["_results"]["results"][0]["n"]
-        assert sum(map(sum, conf["splits"]["test"].values())) == n
+        splits = ["test"] + ([CONFIRMED] if cell["_results"].get("n_concepts") else [])
+        assert [sum(map(sum, conf["splits"][s].values())) for s in splits] == [n] * len(splits)
         rows = [r for r in read_csv(out[f"diag_confidence_{cell['setting']}"].csv) if r["model"] == cell["model"]]
-        assert sum(int(r["count"]) for r in rows) == n
+        assert [sum(int(r["count"]) for r in rows if r["split"] == s) for s in splits] == [n] * len(splits)
+        assert {r["split"] for r in rows} == set(splits)
     sets = read_csv(out["diag_concept_sets"].csv)
     assert {r["concept_set"] for r in sets} == {"true", "llm"}
 

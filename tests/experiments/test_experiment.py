@@ -397,6 +397,7 @@ def test_smoke_preset_makes_its_table_and_a_rerun_skips_every_cell(tmp_path, sha
         (conf,) = (root / "figures").glob("diag_confidence_*.csv")
         rows = list(csv.DictReader(conf.open()))
         assert {r["model"] for r in rows if r["split"] == "test_confirmed"} == {"cbm"} < {r["model"] for r in rows}
+        assert [(r["model"], r["seeds"]) for r in report["confirmed confidence"]] == [("cbm", 1)]
     if preset == "paper_v04_own_answers_smoke":  # 0.4.1's CBM reads 1[p >= 0.5]: its own answers change nothing
         rows = {r["model"]: r for r in report["own answers"]}
         assert set(rows) == {"cbm", "cem", "probcbm", "ecbm"} and rows["cbm"]["own answers (points)"] == "+0.00"

@@ -74,6 +74,12 @@ def test_output_dir_is_the_run_dir_and_nothing_lands_under_outputs(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert (out / "metrics.json").is_file() and (out / ".hydra" / "config.yaml").is_file()
     assert list(cwd.iterdir()) == []
+    # what the run's numbers depend on beyond seed and config: the vector kernels torch dispatched to
+    import torch
+
+    got = json.loads((out / "metrics.json").read_text())["numerics"]
+    assert got["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and got["torch"] == torch.__version__
+    assert got["threads"] >= 1 and got["gpu"] == (torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 
 
 def test_the_run_dir_follows_output_dir_only_where_it_is_the_run_dir():

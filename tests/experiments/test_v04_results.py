@@ -132,9 +132,14 @@ def _automation(seed: int, model: str) -> dict:
                  "nwa": c - 0.02 * k / 27, "meets_target": True, "requested_share": [0.1] * 27, "aurc": 0.05}
                 for k, c in zip(ks, cov)]  # fmt: skip
 
-    return {"n_concepts": 27, "calibration": {"target_accuracy": 0.95, "method": "plugin"}, "results": rows(0.95),
-            "curves": {"val (k=0)": [[0.0, 1.0]]}, "sweep": [{"target_accuracy": t, "threshold": "global", "tau": 0.6, "results": rows(t)}
-                                                             for t in (0.9, 0.99)]}  # fmt: skip
+    rep = {"n_concepts": 27, "calibration": {"target_accuracy": 0.95, "method": "plugin"}, "results": rows(0.95),
+           "curves": {"val (k=0)": [[0.0, 1.0]]}, "sweep": [{"target_accuracy": t, "threshold": "global", "tau": 0.6, "results": rows(t)}
+                                                            for t in (0.9, 0.99)]}  # fmt: skip
+    if model == "cbm":  # confirmed confidence: held back 0.2 / 0.1 (seed 171) -> 0.05 / 0.04 with every concept true
+        rep["confidence"] = {"band": [0.3, 0.7], "splits": {"test": {"0": [1], "1": [1]}},
+                             "abstained": {"val": 0.3, "test": 0.2 - 0.1 * (seed - 171), "test_confirmed": 0.05 - 0.01 * (seed - 171)},
+                             "accuracy": {"val": 0.8, "test": 0.9, "test_confirmed": 0.92 + 0.02 * (seed - 171)}}  # fmt: skip
+    return rep
 
 
 def test_merge_automation_keeps_the_tau_sweep(tmp_path):
@@ -159,3 +164,7 @@ def test_merge_automation_keeps_the_tau_sweep(tmp_path):
     (block,) = v04.tau_table(doc)
     assert block[0] == "| 90% | 59.50 ± 0.50 | 69.50 ± 0.50 | 79.50 ± 0.50 | 89.50 ± 0.50 | +69.43 ± 0.50 | +79.28 ± 0.50 | +87.50 ± 0.50 | 90.10 ± 0.00 | 59.50 ± 0.50 |".replace("-", "−")
     assert [row.split(" | ")[0] for row in block] == ["| 90%", "| 95%", "| 99%"]
+    # the per-split shares are kept (not the histograms); differences paired per seed: -15 and -6 [t(1) interval]
+    assert "splits" not in kept["confidence"] and kept["confidence"]["abstained"]["test_confirmed"] == pytest.approx(0.04)
+    (conf,) = v04.confirmed_table(doc)
+    assert conf[0].startswith("| CBM | 2 | 15.00 ± 5.00 → 4.50 ± 0.50 | −10.50 [") and "| 90.00 ± 0.00 → 93.00 ± 1.00 | +3.00 [" in conf[0]
