@@ -31,7 +31,8 @@ v04 = _module()
 TABLES = {"alignment": ("paper_v04_alignment_seeds1014-1023.json", "v04-tables.md"),
           "sparse": ("paper_v04_sparse_seeds1014-1017.json", "v04-more-tables.md"),
           "own_answers": ("paper_v04_own_answers_seeds1014-1023.json", "v04-more-tables.md"),
-          "tau": ("sudoku_v04_tau_seeds171-174.json", "v04-more-tables.md")}  # fmt: skip
+          "tau": ("sudoku_v04_tau_seeds171-180.json", "v04-more-tables.md"),
+          "confirmed": ("sudoku_v04_tau_seeds171-180.json", "v04-more-tables.md")}  # fmt: skip
 
 
 @pytest.mark.parametrize("table", sorted(TABLES))
