@@ -254,7 +254,7 @@ def confirmed_table(doc: dict[str, Any]) -> list[list[str]]:
     accuracy as predicted → with every concept true (mean ± SE, %), and the paired differences
     (:func:`confirmed_rows`)."""
     rows, _ = confirmed_rows(automation_cells(doc))
-    return [[_md([r["model"].upper() if r["model"] == "cbm" else r["model"], str(r["seeds"]),
+    return [[_md([NAMES.get(r["model"], r["model"]), str(r["seeds"]),
                   f"{r['held back %']} → {r['held back, every concept true %']}", r["held back: difference (points) [95% CI]"],
                   f"{r['accuracy %']} → {r['accuracy, every concept true %']}", r["accuracy: difference (points) [95% CI]"]])
              for r in rows]]  # fmt: skip
