@@ -24,6 +24,7 @@ from torch import Tensor
 
 from cbm.interventions.engine import apply_intervention
 from cbm.interventions.interveners.base import Intervener
+from cbm.interventions.interveners.oracle import OracleIntervener
 from cbm.interventions.policies.base import Policy
 from cbm.selective.abstention import confidence, predictions
 from cbm.selective.calibration import Calibration, calibrate
@@ -109,8 +110,6 @@ def score_confirmed(model, batches: Iterable[Batch], score: str = "probability",
     """Like :func:`score_split`, after every concept of every example is set to its true value through
     the model's own intervention (0.4.1's ``p_test_true_concepts``): how confident checks can make the
     model at most. Examples still inside the abstention band are deferred whatever a human checks."""
-    from cbm.interventions.interveners.oracle import OracleIntervener
-
     oracle = OracleIntervener()
 
     def confirmed(batch: Batch, state):
